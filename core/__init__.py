@@ -1,0 +1,1 @@
+"""CornerNet-Lite, modern: corner-keypoint detectors, their trainer and their evaluator."""

@@ -1,0 +1,292 @@
+"""Configuration: the "system" and "db" sections of a config file, with strict checking.
+
+Every key has a default and a type. Updating with an unknown key or a value of the wrong type is
+an error that names the key and the closest valid one, so a typo never trains silently with a
+default. Relative paths (data, cache, results) resolve against the project root, not against the
+current directory, so `train.py` and `test.py` behave the same from anywhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CONFIG_DIR = PROJECT_ROOT / "configs"
+
+_NUMBER = (int, float)
+
+
+class ConfigError(ValueError):
+    """A config file or value is wrong; the message says where and what to do."""
+
+
+# key: (default, allowed types, None allowed)
+_SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
+    "dataset": (None, (str,), True),
+    "sampling_function": ("cornernet", (str,), False),
+    "model": (None, (str,), True),
+    # training
+    "display": (5, (int,), False),
+    "snapshot": (400, (int,), False),
+    "stepsize": (5000, (int,), False),
+    "learning_rate": (0.001, _NUMBER, False),
+    "decay_rate": (10, _NUMBER, False),
+    "max_iter": (100000, (int,), False),
+    "val_iter": (20, (int,), False),
+    "batch_size": (1, (int,), False),
+    "snapshot_name": (None, (str,), True),
+    "prefetch_size": (100, (int,), False),
+    "pretrain": (None, (str,), True),
+    "opt_algo": ("adam", (str,), False),
+    "weight_decay": (0.0, _NUMBER, False),
+    "chunk_sizes": (None, (list,), True),
+    "seed": (123, (int,), False),
+    "nonfinite_loss": ("stop", (str,), False),
+    "strict_images": (False, (bool,), False),
+    "amp": (False, (bool,), False),
+    # directories
+    "data_dir": ("./data", (str,), False),
+    "cache_dir": ("./cache", (str,), False),
+    "config_dir": ("./configs", (str,), False),
+    "result_dir": ("./results", (str,), False),
+    # splits
+    "train_split": ("training", (str,), False),
+    "val_split": ("validation", (str,), False),
+    "test_split": ("testdev", (str,), False),
+}
+
+_CHOICES = {
+    "opt_algo": ("adam", "sgd"),
+    "nonfinite_loss": ("stop", "skip"),
+}
+
+# Keys that the original's configs carry but its code never read. Accepting them silently would
+# hide typos; rejecting them without a word would puzzle people porting a config.
+_IGNORED_BY_ORIGINAL = {"rand_full_crop", "height_mult", "width_mult"}
+
+_DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
+    "categories": (80, (int,), False),
+    "rand_scales": ([1], (list,), True),
+    "rand_scale_min": (0.8, _NUMBER, False),
+    "rand_scale_max": (1.4, _NUMBER, False),
+    "rand_scale_step": (0.2, _NUMBER, False),
+    "input_size": ([383, 383], (list,), False),
+    "output_sizes": ([[96, 96], [48, 48], [24, 24], [12, 12]], (list,), False),
+    "score_threshold": (0.05, _NUMBER, False),
+    "nms_threshold": (0.7, _NUMBER, False),
+    "max_per_set": (40, (int,), False),
+    "max_per_image": (100, (int,), False),
+    "top_k": (20, (int,), False),
+    "ae_threshold": (1, _NUMBER, False),
+    "nms_kernel": (3, (int,), False),
+    "num_dets": (1000, (int,), False),
+    "nms_algorithm": ("exp_soft_nms", (str,), False),
+    "weight_exp": (8, _NUMBER, False),
+    "merge_bbox": (False, (bool,), False),
+    "data_aug": (True, (bool,), False),
+    "lighting": (True, (bool,), False),
+    "border": (64, (int,), False),
+    "gaussian_bump": (False, (bool,), False),
+    "gaussian_iou": (0.7, _NUMBER, False),
+    "gaussian_radius": (-1, (int,), False),
+    "rand_crop": (False, (bool,), False),
+    "rand_color": (False, (bool,), False),
+    "rand_center": (True, (bool,), False),
+    "init_sizes": ([192, 255], (list,), False),
+    "view_sizes": ([], (list,), False),
+    "min_scale": (16, _NUMBER, False),
+    "max_scale": (32, _NUMBER, False),
+    "att_sizes": ([[16, 16], [32, 32], [64, 64]], (list,), False),
+    "att_ranges": ([[96, 256], [32, 96], [0, 32]], (list,), False),
+    "att_ratios": ([16, 8, 4], (list,), False),
+    "att_scales": ([1, 1.5, 2], (list,), False),
+    "att_thresholds": ([0.3, 0.3, 0.3, 0.3], (list,), False),
+    "att_nms_ks": ([3, 3, 3], (list,), False),
+    "att_max_crops": (8, (int,), False),
+    "ref_dets": (True, (bool,), False),
+    "test_scales": ([1], (list,), False),
+    "test_flipped": (True, (bool,), False),
+    # additions of this project
+    "max_objects": (128, (int,), False),
+    "image_dirs": (None, (dict,), True),
+    "annotation_files": (None, (dict,), True),
+    "num_train_images": (2000, (int,), False),
+    "num_val_images": (200, (int,), False),
+}
+
+
+def closest(key: str, valid: list[str] | tuple[str, ...]) -> str:
+    """A hint naming the closest valid name, or listing them all when nothing is close."""
+    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
+    if match:
+        return f"did you mean '{match[0]}'?"
+    return "valid: " + ", ".join(sorted(valid))
+
+
+def lookup(registry: dict[str, Any], name: str, what: str) -> Any:
+    """`registry[name]`, or a ConfigError that lists the valid names."""
+    if name not in registry:
+        raise ConfigError(
+            f"unknown {what} '{name}'; valid {what} names: {', '.join(sorted(registry))}"
+        )
+    return registry[name]
+
+
+def _type_name(types: tuple[type, ...], nullable: bool) -> str:
+    names = ["number"] if types == _NUMBER else [t.__name__ for t in types]
+    return " or ".join(names + (["null"] if nullable else []))
+
+
+def _check(section: str, schema: dict, new: dict, where: str) -> dict:
+    """Validate `new` against `schema`; return a copy of it (values unchanged)."""
+    if not isinstance(new, dict):
+        raise ConfigError(f"{where}: section '{section}' must be a JSON object, got "
+                          f"{type(new).__name__}")
+    for key, value in new.items():
+        if key not in schema:
+            if key in _IGNORED_BY_ORIGINAL:
+                raise ConfigError(
+                    f"{where}: {section}.{key} is not a setting here (the original accepted it "
+                    f"and never used it); remove it from the config")
+            raise ConfigError(f"{where}: unknown key {section}.{key}; "
+                              f"{closest(key, list(schema))}")
+        _, types, nullable = schema[key]
+        ok = (value is None and nullable) or (
+            isinstance(value, types) and not (isinstance(value, bool) and bool not in types))
+        if not ok:
+            raise ConfigError(
+                f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
+                f"{type(value).__name__} {value!r}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise ConfigError(f"{where}: {section}.{key} is '{value}'; valid: "
+                              f"{', '.join(_CHOICES[key])}")
+    return dict(new)
+
+
+def check_db_config(new: dict, where: str = "db config") -> dict:
+    """The full db section: defaults updated with `new`, strictly checked.
+
+    `rand_scales: null` expands to `arange(rand_scale_min, rand_scale_max, rand_scale_step)`
+    as the original does.
+    """
+    configs = {key: _copy(default) for key, (default, _, _) in _DB_SCHEMA.items()}
+    configs.update(_check("db", _DB_SCHEMA, new, where))
+    if configs["rand_scales"] is None:
+        configs["rand_scales"] = np.arange(
+            configs["rand_scale_min"], configs["rand_scale_max"], configs["rand_scale_step"]
+        ).tolist()
+    for key in ("input_size",):
+        if len(configs[key]) != 2:
+            raise ConfigError(f"{where}: db.{key} must be [height, width], got {configs[key]}")
+    return configs
+
+
+def _copy(value: Any) -> Any:
+    return json.loads(json.dumps(value))
+
+
+class SystemConfig:
+    """The "system" section: training schedule, names, directories and splits.
+
+    Values are read as attributes (`cfg.batch_size`); `full` is the plain dict.
+    """
+
+    def __init__(self, root_dir: Path | str = PROJECT_ROOT) -> None:
+        self._configs = {key: _copy(default) for key, (default, _, _) in _SYSTEM_SCHEMA.items()}
+        self._root = Path(root_dir)
+
+    def update_config(self, new: dict, where: str = "system config") -> SystemConfig:
+        self._configs.update(_check("system", _SYSTEM_SCHEMA, new, where))
+        chunks = self._configs["chunk_sizes"]
+        if chunks is not None and sum(chunks) != self._configs["batch_size"]:
+            raise ConfigError(f"{where}: system.chunk_sizes {chunks} sum to {sum(chunks)}, "
+                              f"not batch_size {self._configs['batch_size']}")
+        return self
+
+    @property
+    def full(self) -> dict:
+        return self._configs
+
+    def __getattr__(self, key: str) -> Any:
+        configs = self.__dict__.get("_configs")
+        if configs is None or key not in configs:
+            raise AttributeError(key)
+        return configs[key]
+
+    def resolve(self, path: str | Path) -> Path:
+        """`path` as an absolute path; relative ones are taken from the project root."""
+        path = Path(path).expanduser()
+        return path if path.is_absolute() else (self._root / path).resolve()
+
+    @property
+    def root_dir(self) -> Path:
+        return self._root
+
+    @property
+    def data_dir(self) -> Path:  # type: ignore[override]
+        return self.resolve(self._configs["data_dir"])
+
+    @property
+    def cache_dir(self) -> Path:  # type: ignore[override]
+        return self.resolve(self._configs["cache_dir"])
+
+    @property
+    def result_dir(self) -> Path:  # type: ignore[override]
+        return self.resolve(self._configs["result_dir"]) / str(self.snapshot_name)
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return self.cache_dir / "nnet" / str(self.snapshot_name)
+
+    def snapshot_file(self, iteration: int) -> Path:
+        return self.snapshot_dir / f"{self.snapshot_name}_{iteration}.pkl"
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+def config_path(name: str, config_dir: Path = CONFIG_DIR) -> Path:
+    """The file of config `name`; names are never paths, unknown ones list the valid names."""
+    available = sorted(p.stem for p in config_dir.glob("*.json"))
+    if not _NAME.match(name) or not (config_dir / f"{name}.json").is_file():
+        raise ConfigError(f"unknown config '{name}' (looked in {config_dir}); "
+                          f"{closest(name, available) if available else 'no configs found'}")
+    return config_dir / f"{name}.json"
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; errors name the file and the line."""
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"cannot read {path}: {err.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: "
+                          f"{err.msg}") from None
+
+
+def load_config(name: str, config_dir: Path = CONFIG_DIR,
+                root_dir: Path = PROJECT_ROOT) -> tuple[SystemConfig, dict]:
+    """Read `<config_dir>/<name>.json` into a SystemConfig and a checked db dict.
+
+    The snapshot name defaults to the config name, as in the original.
+    """
+    path = config_path(name, config_dir)
+    content = read_json(path)
+    if not isinstance(content, dict) or set(content) - {"system", "db"}:
+        extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""
+        raise ConfigError(f"{path}: a config holds only 'system' and 'db' sections"
+                          f"{'; found ' + ', '.join(sorted(extra)) if extra else ''}")
+    system = SystemConfig(root_dir).update_config(content.get("system", {}), str(path))
+    if system.snapshot_name is None:
+        system.full["snapshot_name"] = name
+    db = check_db_config(content.get("db", {}), str(path))
+    return system, db

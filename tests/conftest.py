@@ -1,0 +1,28 @@
+"""Shared fixtures: the real data in ../shared, and a small thread budget for CPU tests."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+COCO128 = SHARED / "data" / "coco128"
+REFERENCE = SHARED / "reference"
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def coco128() -> Path:
+    """The 128 real COCO images with their annotations; tests skip when ../shared is absent."""
+    if not (COCO128 / "annotations" / "instances_coco128.json").is_file():
+        pytest.skip(f"real data not found at {COCO128} (../shared beside the repository)")
+    return COCO128
+
+
+@pytest.fixture(scope="session")
+def reference() -> Path:
+    """Parity vectors from the original code; tests skip when ../shared is absent."""
+    if not (REFERENCE / "README.md").is_file():
+        pytest.skip(f"parity references not found at {REFERENCE} (../shared beside the repository)")
+    return REFERENCE
