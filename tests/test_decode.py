@@ -1,0 +1,141 @@
+"""Test-time decoding: parity with the original `_decode` and hand-made cases with known answers."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.models.py_utils.decode import decode, nms_heatmap, topk, transpose_and_gather
+
+BACKGROUND = -10.0
+
+
+def _tensor(spec: dict) -> torch.Tensor:
+    # Values are stored with 9 significant digits: float64 parse then float32 cast is exact.
+    return torch.tensor(spec["data"], dtype=getattr(torch, spec["dtype"])).view(spec["shape"])
+
+
+def _heads(size: int = 8, classes: int = 2) -> dict[str, torch.Tensor]:
+    """One image of background heads: low heat, zero tags and offsets."""
+    return {
+        "tl_heat": torch.full((1, classes, size, size), BACKGROUND),
+        "br_heat": torch.full((1, classes, size, size), BACKGROUND),
+        "tl_tag": torch.zeros(1, 1, size, size),
+        "br_tag": torch.zeros(1, 1, size, size),
+        "tl_regr": torch.zeros(1, 2, size, size),
+        "br_regr": torch.zeros(1, 2, size, size),
+    }
+
+
+def _place(heads, tl=(0, 1, 2), br=(0, 5, 6), tl_tag=0.2, br_tag=0.3):
+    """Put one strong tl corner and one strong br corner, each at (class, y, x)."""
+    heads["tl_heat"][(0, *tl)] = 5.0
+    heads["br_heat"][(0, *br)] = 4.0
+    heads["tl_tag"][0, 0, tl[1], tl[2]] = tl_tag
+    heads["br_tag"][0, 0, br[1], br[2]] = br_tag
+    return heads
+
+
+def _single_pair(heads, **kwargs) -> torch.Tensor:
+    # K=1 keeps only the strongest corner of each type, so exactly one pair is judged.
+    return decode(**heads, K=1, kernel=3, ae_threshold=0.5, num_dets=1, **kwargs)[0, 0]
+
+
+def test_decode_matches_original_valid_rows(reference: Path):
+    ref = json.loads((reference / "decode.json").read_text())
+    inputs = {name: _tensor(spec) for name, spec in ref["inputs"].items()}
+
+    dets = decode(**inputs, **ref["kwargs"])
+
+    assert dets.shape == tuple(ref["output_shape"]) and dets.dtype == torch.float32
+    for image, rows in enumerate(ref["valid_rows_per_image"]):
+        expected = torch.tensor(rows, dtype=torch.float32)
+        n_valid = len(rows)
+        assert int((dets[image, :, 4] > -1).sum()) == n_valid
+        torch.testing.assert_close(dets[image, :n_valid, :7], expected[:, :7], rtol=1e-5, atol=1e-5)
+        assert torch.equal(dets[image, :n_valid, 7], expected[:, 7])
+        assert torch.all(dets[image, n_valid:, 4] == -1)
+
+
+def test_matching_corners_give_their_box_with_offsets():
+    heads = _place(_heads())
+    heads["tl_regr"][0, :, 1, 2] = torch.tensor([0.25, 0.5])
+    heads["br_regr"][0, :, 5, 6] = torch.tensor([0.75, 0.125])
+    tl_score, br_score = torch.sigmoid(torch.tensor(5.0)), torch.sigmoid(torch.tensor(4.0))
+
+    row = _single_pair(heads)
+
+    expected = torch.stack(
+        [
+            torch.tensor(2.25),
+            torch.tensor(1.5),
+            torch.tensor(6.75),
+            torch.tensor(5.125),
+            (tl_score + br_score) / 2,
+            tl_score,
+            br_score,
+            torch.tensor(0.0),
+        ]
+    )
+    torch.testing.assert_close(row, expected)
+
+
+def test_class_is_reported_zero_based():
+    row = _single_pair(_place(_heads(), tl=(1, 1, 2), br=(1, 5, 6)))
+    assert row[7] == 1 and row[4] > 0.9
+
+
+def test_embeddings_further_apart_than_threshold_are_rejected():
+    row = _single_pair(_place(_heads(), tl_tag=0.2, br_tag=0.8))
+    assert row[4] == -1
+
+
+def test_inverted_corners_are_rejected():
+    row = _single_pair(_place(_heads(), tl=(0, 5, 6), br=(0, 1, 2)))
+    assert row[4] == -1
+
+
+def test_class_mismatch_is_rejected():
+    row = _single_pair(_place(_heads(), tl=(0, 1, 2), br=(1, 5, 6)))
+    assert row[4] == -1
+
+
+def test_no_border_rejects_corners_on_the_map_edge():
+    heads = _place(_heads(), tl=(0, 3, 0), br=(0, 5, 6))
+    assert _single_pair(heads, no_border=False)[4] > 0.9
+    assert _single_pair(heads, no_border=True)[4] == -1
+
+
+def test_nms_keeps_only_local_maxima():
+    heat = torch.tensor([[[[0.1, 0.5, 0.2], [0.3, 0.4, 0.9], [0.0, 0.2, 0.1]]]])
+    kept = nms_heatmap(heat, kernel=3)
+    assert torch.equal(kept, torch.where(heat == 0.9, heat, 0))
+    assert torch.equal(nms_heatmap(heat, kernel=1), heat)
+
+
+def test_topk_splits_flat_index_into_class_y_x():
+    scores = torch.zeros(1, 3, 4, 5)
+    scores[0, 2, 3, 1] = 1.0
+    scores[0, 0, 1, 4] = 0.5
+    values, inds, clses, ys, xs = topk(scores, K=2)
+    assert values.tolist() == [[1.0, 0.5]]
+    assert inds.tolist() == [[3 * 5 + 1, 1 * 5 + 4]]
+    assert clses.tolist() == [[2, 0]]
+    assert ys.tolist() == [[3.0, 1.0]] and xs.tolist() == [[1.0, 4.0]]
+
+
+def test_transpose_and_gather_picks_channel_vectors():
+    feat = torch.arange(2 * 3 * 4 * 5, dtype=torch.float32).view(2, 3, 4, 5)
+    ind = torch.tensor([[0, 7], [19, 6]])
+    out = transpose_and_gather(feat, ind)
+    assert out.shape == (2, 2, 3)
+    for b in range(2):
+        for m in range(2):
+            y, x = divmod(int(ind[b, m]), 5)
+            assert torch.equal(out[b, m], feat[b, :, y, x])
+
+
+def test_invalid_sizes_raise_a_clear_error():
+    with pytest.raises(ValueError, match="num_dets"):
+        decode(**_heads(), K=2, num_dets=5)
