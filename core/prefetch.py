@@ -1,0 +1,287 @@
+"""Prefetching: worker processes build batches into shared memory; pin threads stage them.
+
+One `Prefetcher` serves one stream of batches (training or validation) for one rank:
+
+- W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`
+  with a generator seeded from (seed, rank, stream, n) and with the images at positions
+  `n * B + rank * b ... + b` of an epoch permutation seeded from (seed, epoch). A batch is
+  therefore a pure function of the seed, the rank and its number: exact resume is "start at
+  batch N", no two workers ever draw the same stream, and the worker count changes nothing.
+- Each worker owns K slots of a ring of shared tensors preallocated by the trainer (their
+  shapes come from one probe batch built in the trainer). Only (n, slot, small records) go
+  through the worker's queue; the trainer returns the slot through the worker's free queue.
+- One pin thread per worker queue copies the slot out (into pinned memory when the batches
+  go to CUDA), frees the slot and hands the tensors over in order of batch number.
+- Errors travel: a worker's exception comes back with its traceback and the image it was on,
+  and is raised in the trainer. Every wait has a timeout after which the workers' liveness is
+  checked, so a killed worker is an error, never a hang. `close()` stops and joins everything.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+POLL_S = 0.2
+STREAMS = {"train": 0, "val": 1}
+
+
+class WorkerError(RuntimeError):
+    """A prefetch worker failed; the message carries its traceback or exit status."""
+
+
+class Stopped(Exception):
+    """Raised inside the trainer's waits when a stop was requested (signal)."""
+
+
+def batch_rng(seed: int, rank: int, stream: str, number: int) -> np.random.Generator:
+    """The generator that builds batch `number` of `stream` on `rank`."""
+    return np.random.default_rng([seed, rank, STREAMS[stream], number])
+
+
+def batch_indices(seed: int, number: int, size: int, rank: int, world: int,
+                  length: int, shuffle: bool, cache: dict) -> np.ndarray:
+    """Dataset positions of this rank's share of global batch `number`.
+
+    The global batch covers stream positions [number * size * world, ...); an epoch is a
+    permutation of the dataset seeded from (seed, epoch), identical on every rank, so ranks
+    read disjoint images within an epoch. `cache` keeps the permutations of recent epochs.
+    """
+    start = (number * world + rank) * size
+    positions = np.arange(start, start + size)
+    out = np.empty(size, dtype=np.int64)
+    for epoch in np.unique(positions // length):
+        if epoch not in cache:
+            if len(cache) > 4:
+                cache.clear()
+            cache[epoch] = (np.random.default_rng([seed, int(epoch)]).permutation(length)
+                            if shuffle else np.arange(length))
+        here = positions // length == epoch
+        out[here] = cache[epoch][positions[here] % length]
+    return out
+
+
+def _arrays(batch: dict) -> dict[str, np.ndarray]:
+    return {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
+
+
+class _PathRecorder:
+    """Wraps `db.read_image` so that a failure can name the image the worker was on."""
+
+    def __init__(self, db: Any) -> None:
+        self.path = None
+        self._read = db.read_image
+        self._db = db
+
+    def __call__(self, ind: int) -> np.ndarray:
+        self.path = self._db.image_path(ind)
+        return self._read(ind)
+
+
+def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, data_aug: bool,
+            stream: str, worker: int, workers: int, start: int, ring: dict[str, torch.Tensor],
+            slots: list[int], out_queue: mp.Queue, free_queue: mp.Queue, stop: mp.Event,
+            rank: int, world: int) -> None:
+    """Build batches start+worker, start+worker+W, ... until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides what Ctrl-C means
+    parent = os.getppid()
+    recorder = None
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+        db = make_db()
+        recorder = _PathRecorder(db)
+        db.read_image = recorder
+        views = {key: tensor.numpy() for key, tensor in ring.items()}
+        size, length, perms = system_config.batch_size, len(db.db_inds), {}
+        free = list(slots)
+        number = start + worker
+        while not stop.is_set():
+            db.db_inds = batch_indices(system_config.seed, number, size, rank, world, length,
+                                       data_aug, perms)
+            db.set_rng(batch_rng(system_config.seed, rank, stream, number))
+            batch, _ = sample(system_config, db, 0, data_aug=data_aug)
+            while not free:
+                try:
+                    free.append(free_queue.get(timeout=POLL_S))
+                except queue.Empty:
+                    if stop.is_set() or os.getppid() != parent:
+                        out_queue.cancel_join_thread()  # nobody reads any more
+                        return
+            slot = free.pop()
+            for key, value in _arrays(batch).items():
+                views[key][slot] = value
+            out_queue.put(("batch", number, slot, batch.get("meta", {})))
+            number += workers
+    except Exception:  # noqa: BLE001 - every failure must reach the trainer
+        where = f" (image {recorder.path})" if recorder is not None and recorder.path else ""
+        out_queue.put(("error", worker, f"{traceback.format_exc()}{where}", None))
+        out_queue.close()
+        out_queue.join_thread()  # the error must reach the trainer before this process ends
+
+
+class Prefetcher:
+    """Ordered batches of one stream for one rank, built by `workers` processes.
+
+    Args:
+        make_db: picklable callable returning a fresh dataset object (run in each worker).
+        sample: the sampling function, `sample(system_config, db, k_ind, data_aug)`.
+        system_config: this rank's config; its `batch_size` is the per-rank batch.
+        probe: one batch built by the trainer; its array shapes size the shared ring.
+        start: number of the first batch to deliver (the data position to resume from).
+        pin: stage batches in pinned memory (when they go to CUDA).
+    """
+
+    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
+                 probe: dict, *, workers: int, data_aug: bool, stream: str, start: int = 0,
+                 rank: int = 0, world: int = 1, pin: bool = False) -> None:
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        self.workers, self.next, self._pin = workers, start, pin
+        per_worker = max(2, math.ceil(system_config.prefetch_size / workers))
+        self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
+                                                     value.dtype)).share_memory_()
+                      for key, value in _arrays(probe).items()}
+        # Fork, as torch's DataLoader does on Linux: a spawned worker spends seconds importing
+        # torch before its first batch. Workers touch no torch op, only numpy views of the ring.
+        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        self._stop = ctx.Event()
+        self._out = [ctx.Queue() for _ in range(workers)]
+        self._free = [ctx.Queue() for _ in range(workers)]
+        self._staged = [queue.Queue(maxsize=1) for _ in range(workers)]
+        self._thread_stop = threading.Event()
+        self._dead_since: dict[int, float] = {}
+        self.procs = []
+        for w in range(workers):
+            slots = list(range(w * per_worker, (w + 1) * per_worker))
+            args = (make_db, sample, system_config, data_aug, stream, w, workers, start,
+                    self._ring, slots, self._out[w], self._free[w], self._stop, rank, world)
+            proc = ctx.Process(target=_worker, args=args, daemon=True,
+                               name=f"prefetch-{stream}-{w}")
+            proc.start()
+            self.procs.append(proc)
+        self._threads = [threading.Thread(target=self._stage, args=(w,), daemon=True,
+                                          name=f"pin-{stream}-{w}") for w in range(workers)]
+        for thread in self._threads:
+            thread.start()
+
+    def _stage(self, w: int) -> None:
+        """Pin thread: take a slot, copy it out, free it, hand the copy over."""
+        while not self._thread_stop.is_set():
+            try:
+                record = self._out[w].get(timeout=POLL_S)
+            except queue.Empty:
+                continue
+            except (OSError, EOFError, ValueError):  # queue torn down during close()
+                return
+            kind, number, slot, meta = record
+            if kind == "batch":
+                tensors = {}
+                for key, ring in self._ring.items():
+                    tensors[key] = torch.empty_like(ring[slot], pin_memory=self._pin)
+                    tensors[key].copy_(ring[slot])
+                self._free[w].put(slot)
+                record = (kind, number, tensors, meta)
+            while not self._thread_stop.is_set():
+                try:
+                    self._staged[w].put(record, timeout=POLL_S)
+                    break
+                except queue.Full:
+                    continue
+
+    def check_alive(self) -> None:
+        """Raise WorkerError if a worker process died without a word.
+
+        A worker that just sent its error and ended is given a moment for the record to pass
+        through its pin thread.
+        """
+        for w, proc in enumerate(self.procs):
+            if proc.is_alive():
+                continue
+            self._dead_since.setdefault(w, time.monotonic())
+            quiet = self._staged[w].empty() and self._out[w].empty()
+            if quiet and time.monotonic() - self._dead_since[w] > 1.0:
+                raise WorkerError(f"prefetch worker {proc.name} (pid {proc.pid}) died with "
+                                  f"{_exit_status(proc.exitcode)}")
+
+    def get(self, should_stop: Callable[[], bool] = lambda: False) -> tuple[dict, dict]:
+        """The next batch in order, as (tensors, meta). Raises WorkerError or Stopped."""
+        w = self.next % self.workers
+        while True:
+            if should_stop():
+                raise Stopped()
+            try:
+                kind, number, payload, meta = self._staged[w].get(timeout=POLL_S)
+                break
+            except queue.Empty:
+                self.check_alive()
+        if kind == "error":
+            raise WorkerError(f"prefetch worker {self.procs[w].name} failed:\n{payload}")
+        assert number == self.next, f"batch {number} arrived when {self.next} was due"
+        self.next += 1
+        return payload, meta
+
+    def close(self) -> None:
+        """Stop the workers and threads; leaves no child process behind."""
+        self._stop.set()
+        self._thread_stop.set()
+        deadline = time.monotonic() + 5
+        for proc in self.procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for q in self._out + self._free:
+            q.cancel_join_thread()
+            q.close()
+
+    def __enter__(self) -> Prefetcher:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _exit_status(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def rank_config(system_config: Any, rank: int, world: int) -> Any:
+    """A copy of the config with this rank's share of the global batch and of its chunks.
+
+    `chunk_sizes` (global, as in the original) are dealt to the ranks in order; each rank's
+    chunks must add up to its share.
+    """
+    size, chunks = system_config.batch_size, system_config.chunk_sizes
+    if size % world:
+        raise ValueError(f"batch_size {size} does not split evenly over {world} processes; "
+                         f"choose a multiple of {world}")
+    local = copy.deepcopy(system_config)
+    local.full["batch_size"] = size // world
+    if chunks is not None:
+        per_rank = len(chunks) // world
+        mine = chunks[rank * per_rank:(rank + 1) * per_rank]
+        if len(chunks) % world or sum(mine) != size // world:
+            raise ValueError(f"system.chunk_sizes {chunks} cannot be dealt evenly to {world} "
+                             f"processes of {size // world} images each; adjust or remove them")
+        local.full["chunk_sizes"] = mine
+    return local

@@ -1,0 +1,120 @@
+"""core.prefetch: ordered, reproducible batches from worker processes; errors and shutdown."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from _fake_data import FakeDB, fake_sample
+
+from core.config import SystemConfig
+from core.prefetch import Prefetcher, WorkerError, batch_indices, rank_config
+
+
+def config(batch_size=3, **extra):
+    return SystemConfig().update_config({"batch_size": batch_size, "prefetch_size": 4,
+                                         "seed": 7, **extra})
+
+
+def collect(workers, count, start=0, rank=0, world=1, make_db=FakeDB, batch_size=3):
+    local = rank_config(config(batch_size * world), rank, world)
+    probe, _ = fake_sample(local, make_db(), 0)
+    with Prefetcher(make_db, fake_sample, local, probe, workers=workers, data_aug=True,
+                    stream="train", start=start, rank=rank, world=world) as data:
+        return [data.get()[0] for _ in range(count)]
+
+
+def images(batch):
+    return batch["image"][:, 0, 0, 0].tolist()
+
+
+def test_batches_do_not_depend_on_the_worker_count():
+    one, three = collect(1, 7), collect(3, 7)
+    for a, b in zip(one, three):
+        assert images(a) == images(b)
+        assert np.array_equal(a["noise"].numpy(), b["noise"].numpy())
+
+
+def test_an_epoch_is_a_permutation_and_epochs_differ():
+    batches = collect(2, 10, batch_size=3)  # 30 positions over a 10-image dataset
+    flat = [i for b in batches for i in images(b)]
+    epochs = [flat[i:i + 10] for i in range(0, 30, 10)]
+    for epoch in epochs:
+        assert sorted(epoch) == list(range(10))
+    assert epochs[0] != epochs[1]
+
+
+def test_starting_at_batch_n_reproduces_batch_n():
+    straight = collect(2, 6)
+    resumed = collect(2, 2, start=4)
+    assert images(resumed[0]) == images(straight[4])
+    assert np.array_equal(resumed[1]["noise"].numpy(), straight[5]["noise"].numpy())
+
+
+def test_ranks_read_disjoint_images_within_an_epoch():
+    seen = [batch_indices(7, n, 2, rank, 2, 12, True, {}) for n in range(3) for rank in (0, 1)]
+    flat = np.concatenate(seen)
+    assert sorted(flat.tolist()) == list(range(12))
+
+
+def test_different_ranks_draw_different_augmentation():
+    a = collect(1, 1, rank=0, world=2)[0]["noise"].numpy()
+    b = collect(1, 1, rank=1, world=2)[0]["noise"].numpy()
+    assert not np.array_equal(a, b)
+
+
+def test_worker_exception_arrives_with_traceback_and_image_path():
+    make_db = functools.partial(FakeDB, fail_at=4)
+    local = config(3)
+    probe, _ = fake_sample(local, FakeDB(), 0)
+    with Prefetcher(make_db, fake_sample, local, probe, workers=2, data_aug=True,
+                    stream="train") as data, pytest.raises(WorkerError) as err:
+        for _ in range(10):
+            data.get()
+    text = str(err.value)
+    assert "Traceback" in text and "cannot decode fake/004.jpg" in text
+    assert "(image fake/004.jpg)" in text
+
+
+def test_killed_worker_raises_instead_of_hanging():
+    make_db = functools.partial(FakeDB, delay=0.05)
+    local = config(3)
+    probe, _ = fake_sample(local, FakeDB(), 0)
+    data = Prefetcher(make_db, fake_sample, local, probe, workers=2, data_aug=True,
+                      stream="train")
+    try:
+        data.get()
+        os.kill(data.procs[1].pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        with pytest.raises(WorkerError, match="SIGKILL"):
+            for _ in range(100):
+                data.get()
+        assert time.monotonic() - t0 < 10
+    finally:
+        data.close()
+    assert not any(proc.is_alive() for proc in data.procs)
+
+
+def test_close_stops_every_worker():
+    local = config(3)
+    probe, _ = fake_sample(local, FakeDB(), 0)
+    data = Prefetcher(FakeDB, fake_sample, local, probe, workers=3, data_aug=True,
+                      stream="train")
+    data.get()
+    data.close()
+    assert [proc.exitcode is not None for proc in data.procs] == [True] * 3
+
+
+def test_chunks_are_dealt_to_ranks_in_order():
+    system = config(8, chunk_sizes=[2, 2, 1, 3])
+    assert rank_config(system, 0, 2).chunk_sizes == [2, 2]
+    assert rank_config(system, 1, 2).chunk_sizes == [1, 3]
+    assert rank_config(system, 1, 2).batch_size == 4
+    with pytest.raises(ValueError, match="chunk_sizes"):
+        rank_config(config(8, chunk_sizes=[3, 2, 1, 2]), 0, 2)
+    with pytest.raises(ValueError, match="multiple of 3"):
+        rank_config(config(8), 0, 3)
