@@ -1,0 +1,249 @@
+"""COCO: any COCO-format "instances" json with its image folder.
+
+Default layout (as the original): `<data_dir>/coco/images/<folder>` and
+`<data_dir>/coco/annotations/instances_<folder>.json`, with the split keys trainval, minival and
+testdev naming the folders trainval2014, minival2014 and testdev2017. Any other COCO-format
+dataset is used by config alone: db.image_dirs and db.annotation_files map split keys to paths
+(relative ones resolve against the project root).
+
+The json is parsed with the standard library (pycocotools is slow to index large files) and the
+result is cached under `<cache_dir>/dbs/`, keyed by the file's path, size, mtime and sha1, so an
+edited file is never served from a stale cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from core.config import ConfigError, SystemConfig, lookup
+
+from .detection import DETECTION, DatasetError
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_FOLDERS = {"trainval": "trainval2014", "minival": "minival2014", "testdev": "testdev2017"}
+# Part of the cache key: bump it when the parsed format or the box rules change.
+_CACHE_VERSION = 1
+
+
+class COCO(DETECTION):
+    """A COCO-format detection dataset; see DETECTION for the interface."""
+
+    def __init__(self, db_config: dict, split: str | None = None,
+                 sys_config: SystemConfig | None = None) -> None:
+        super().__init__(db_config, split, sys_config)
+        if split is None:
+            return
+        if sys_config is None:
+            raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
+        image_dir, annotation_file = self._split_files(split, sys_config)
+        self._load(image_dir, annotation_file, sys_config.cache_dir / "dbs")
+
+    def _split_files(self, split: str, sys_config: SystemConfig) -> tuple[Path, Path]:
+        """(image folder, annotation json) of `split`."""
+        image_dirs = self._configs["image_dirs"]
+        annotation_files = self._configs["annotation_files"]
+        if image_dirs is None and annotation_files is None:
+            folder = lookup(_DEFAULT_FOLDERS, split, "COCO split")
+            coco_dir = sys_config.data_dir / "coco"
+            return (coco_dir / "images" / folder,
+                    coco_dir / "annotations" / f"instances_{folder}.json")
+        if image_dirs is None or annotation_files is None:
+            raise ConfigError("db.image_dirs and db.annotation_files go together: set both, "
+                              "mapping each split key to a path")
+        if set(image_dirs) != set(annotation_files):
+            raise ConfigError(f"db.image_dirs has splits {sorted(image_dirs)} but "
+                              f"db.annotation_files has {sorted(annotation_files)}")
+        lookup(annotation_files, split, "split")
+        return sys_config.resolve(image_dirs[split]), sys_config.resolve(annotation_files[split])
+
+    def _load(self, image_dir: Path, annotation_file: Path, cache_dir: Path) -> None:
+        if not annotation_file.is_file():
+            raise FileNotFoundError(f"annotation file not found: {annotation_file} "
+                                    f"(split '{self._split}')")
+        if not image_dir.is_dir():
+            raise FileNotFoundError(f"image folder not found: {image_dir} (split "
+                                    f"'{self._split}', annotations {annotation_file})")
+        parsed = _cached_parse(annotation_file, cache_dir)
+        categories = parsed["category_ids"]
+        if len(categories) != self._configs["categories"]:
+            raise DatasetError(f"db.categories is {self._configs['categories']} but "
+                               f"{annotation_file} has {len(categories)} categories; set "
+                               f"db.categories to {len(categories)}")
+        for message in parsed["problems"]:
+            logger.warning(message)
+
+        self._set_classes(categories, parsed["category_names"])
+        self._set_images(image_dir, parsed["file_names"], parsed["image_ids"],
+                         _per_image(parsed["boxes"], parsed["box_counts"]),
+                         _per_image(parsed["crowds"], parsed["crowd_counts"]))
+        self._annotation_file = annotation_file
+        self._has_annotations = parsed["has_annotations"]
+
+
+def _per_image(rows: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """Split (M, D) rows into one (counts[i], D) array per image."""
+    return np.split(rows, np.cumsum(counts)[:-1]) if len(counts) else []
+
+
+def _cached_parse(path: Path, cache_dir: Path) -> dict:
+    """The parsed annotation file, from `cache_dir` when the file is unchanged."""
+    raw = path.read_bytes()
+    stat = path.stat()
+    key = hashlib.sha1(
+        f"{_CACHE_VERSION}|{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|"
+        f"{hashlib.sha1(raw).hexdigest()}".encode()).hexdigest()
+    cache_file = cache_dir / f"{path.stem}-{key[:20]}.npz"
+    if cache_file.is_file():
+        try:
+            return _read_cache(cache_file)
+        except (OSError, ValueError, KeyError, EOFError) as err:
+            logger.warning("ignoring unreadable dataset cache %s (%s); parsing %s again",
+                           cache_file, err, path)
+    parsed = parse_instances(raw, path)
+    _write_cache(cache_file, parsed)
+    return parsed
+
+
+_META_KEYS = ("file_names", "category_ids", "category_names", "has_annotations", "problems")
+_ARRAY_KEYS = ("image_ids", "boxes", "box_counts", "crowds", "crowd_counts")
+
+
+def _write_cache(cache_file: Path, parsed: dict) -> None:
+    """Write to a temporary file, then rename: readers see the whole file or none."""
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    meta = json.dumps({key: parsed[key] for key in _META_KEYS})
+    fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=cache_file.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            np.savez(file, meta=np.array(meta), **{key: parsed[key] for key in _ARRAY_KEYS})
+        os.replace(tmp, cache_file)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _read_cache(cache_file: Path) -> dict:
+    with np.load(cache_file, allow_pickle=False) as arrays:
+        parsed = json.loads(str(arrays["meta"]))
+        parsed.update({key: arrays[key] for key in _ARRAY_KEYS})
+    return parsed
+
+
+def _require(entry: object, keys: tuple[str, ...], what: str, path: Path) -> None:
+    if not isinstance(entry, dict):
+        raise DatasetError(f"{path}: {what} is not a JSON object")
+    for key in keys:
+        if key not in entry:
+            raise DatasetError(f"{path}: {what}: missing '{key}'")
+
+
+class _Problems:
+    """Counts one kind of box problem and keeps the first example, to be reported once."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+        self.example = ""
+
+    def add(self, example: str) -> None:
+        self.count += 1
+        self.example = self.example or example
+
+    def message(self, path: Path) -> str | None:
+        if not self.count:
+            return None
+        return f"{path}: {self.what}: {self.count} box(es), e.g. {self.example}"
+
+
+def parse_instances(raw: bytes, path: Path) -> dict:
+    """Parse COCO instances json bytes into per-image tables.
+
+    Returns a dict: file_names [N] str, image_ids (N,) int64, boxes (M, 5) float32
+    [x1, y1, x2, y2, cls] with box_counts (N,) int64 per image in order, crowds (K, 4) float32
+    with crowd_counts (N,) int64, category_ids / category_names sorted by id, has_annotations,
+    problems (messages about clipped or dropped boxes, one per kind).
+    """
+    try:
+        content = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise DatasetError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: "
+                           f"{err.msg}") from None
+    except UnicodeDecodeError as err:
+        raise DatasetError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    _require(content, ("images", "categories"), "top level", path)
+
+    for index, category in enumerate(content["categories"]):
+        _require(category, ("id",), f"category entry #{index}", path)
+    categories = sorted(content["categories"], key=lambda category: category["id"])
+    category_ids = [int(category["id"]) for category in categories]
+    if len(set(category_ids)) != len(category_ids):
+        raise DatasetError(f"{path}: category ids are not unique: {category_ids}")
+    coco2cls = {cat_id: cls for cls, cat_id in enumerate(category_ids, start=1)}
+
+    rows: dict[int, int] = {}
+    sizes = []
+    for index, image in enumerate(content["images"]):
+        _require(image, ("id", "file_name", "width", "height"),
+                 f"image id {image['id']}" if isinstance(image, dict) and "id" in image
+                 else f"image entry #{index}", path)
+        if image["id"] in rows:
+            raise DatasetError(f"{path}: image id {image['id']} appears twice")
+        rows[image["id"]] = index
+        sizes.append((float(image["width"]), float(image["height"])))
+
+    boxes: list[list[list[float]]] = [[] for _ in rows]
+    crowds: list[list[list[float]]] = [[] for _ in rows]
+    clipped = _Problems("clipped to the image (they extended outside it)")
+    dropped = _Problems("dropped (zero or negative size after clipping)")
+    for index, ann in enumerate(content.get("annotations", [])):
+        what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
+                else f"annotation entry #{index}")
+        _require(ann, ("image_id", "bbox", "category_id"), what, path)
+        if ann["category_id"] not in coco2cls:
+            raise DatasetError(f"{path}: {what}: unknown category id {ann['category_id']}; "
+                               f"the file's categories are {category_ids}")
+        if ann["image_id"] not in rows:
+            raise DatasetError(f"{path}: {what}: unknown image id {ann['image_id']}")
+        bbox = ann["bbox"]
+        if not (isinstance(bbox, list) and len(bbox) == 4
+                and all(isinstance(v, (int, float)) for v in bbox)):
+            raise DatasetError(f"{path}: {what}: bbox must be [x, y, w, h], got {bbox!r}")
+        row = rows[ann["image_id"]]
+        width, height = sizes[row]
+        x1, y1 = bbox[0], bbox[1]
+        x2, y2 = x1 + bbox[2], y1 + bbox[3]
+        box = [min(max(x1, 0.0), width), min(max(y1, 0.0), height),
+               min(max(x2, 0.0), width), min(max(y2, 0.0), height)]
+        example = f"{what}: bbox {bbox} in the {width:g}x{height:g} image id {ann['image_id']}"
+        if box != [x1, y1, x2, y2]:
+            clipped.add(example)
+        if box[2] <= box[0] or box[3] <= box[1]:
+            dropped.add(example)
+            continue
+        if ann.get("iscrowd", 0):
+            crowds[row].append(box)
+        else:
+            boxes[row].append(box + [coco2cls[ann["category_id"]]])
+
+    return {
+        "file_names": [str(image["file_name"]) for image in content["images"]],
+        "image_ids": np.array(list(rows), dtype=np.int64),
+        "boxes": np.array([b for per_image in boxes for b in per_image],
+                          dtype=np.float32).reshape(-1, 5),
+        "box_counts": np.array([len(per_image) for per_image in boxes], dtype=np.int64),
+        "crowds": np.array([b for per_image in crowds for b in per_image],
+                           dtype=np.float32).reshape(-1, 4),
+        "crowd_counts": np.array([len(per_image) for per_image in crowds], dtype=np.int64),
+        "category_ids": category_ids,
+        "category_names": [str(category.get("name", category["id"])) for category in categories],
+        "has_annotations": "annotations" in content,
+        "problems": [m for m in (clipped.message(path), dropped.message(path)) if m],
+    }

@@ -1,0 +1,303 @@
+"""The COCO dataset on the real coco128 images: classes, boxes, crowds, cache, errors, images."""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.config import ConfigError, SystemConfig
+from core.dbs import COCO, DETECTION, DatasetError, Shapes, datasets
+from core.dbs import coco as coco_module
+from core.utils.images import ImageReadError
+
+ALL_JSON = "instances_coco128.json"
+
+
+def db_config(images: Path, annotations: Path, **extra) -> dict:
+    """A db section reading `annotations` (a json file) under the split key "all"."""
+    return {"categories": 80, "image_dirs": {"all": str(images)},
+            "annotation_files": {"all": str(annotations)}, **extra}
+
+
+@pytest.fixture
+def sys_config(tmp_path: Path) -> SystemConfig:
+    return SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
+
+
+@pytest.fixture
+def raw(coco128: Path) -> dict:
+    return json.loads((coco128 / "annotations" / ALL_JSON).read_text())
+
+
+@pytest.fixture
+def db(coco128: Path, sys_config: SystemConfig) -> COCO:
+    return COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON), split="all",
+                sys_config=sys_config)
+
+
+def copy_json(coco128: Path, tmp_path: Path, edit=None) -> Path:
+    """A copy of the coco128 json in tmp_path, changed by `edit(content)` first."""
+    content = json.loads((coco128 / "annotations" / ALL_JSON).read_text())
+    if edit is not None:
+        edit(content)
+    path = tmp_path / "instances_edited.json"
+    path.write_text(json.dumps(content))
+    return path
+
+
+def ind_of(db: DETECTION, image_id: int) -> int:
+    return [db.image_id(i) for i in range(len(db))].index(image_id)
+
+
+def test_registry_names_both_datasets():
+    assert datasets == {"COCO": COCO, "Shapes": Shapes}
+
+
+def test_loads_128_images_and_80_categories(db: COCO, raw: dict):
+    assert len(db) == 128 and db.num_classes == 80
+    assert db.class_ids == sorted(c["id"] for c in raw["categories"])
+    assert db.db_inds.dtype == np.int64 and db.db_inds.tolist() == list(range(128))
+    assert sum(len(db.detections(i)) for i in range(128)) == 939 - 10
+    assert db.has_annotations and db.annotation_file.name == ALL_JSON
+
+
+def test_class_mapping_round_trips_all_80_ids(db: COCO, raw: dict):
+    names = {c["id"]: c["name"] for c in raw["categories"]}
+    for cls in range(1, 81):
+        assert db.coco2cls(db.cls2coco(cls)) == cls
+        assert db.cls2name(cls) == names[db.cls2coco(cls)]
+    assert [db.coco2cls(cat_id) for cat_id in sorted(names)] == list(range(1, 81))
+    assert db.cls2coco(1) == 1 and db.cls2coco(80) == 90 and db.coco2cls(13) == 12
+    with pytest.raises(KeyError, match="category id 12"):
+        db.coco2cls(12)
+
+
+def test_detections_are_the_non_crowd_boxes_and_crowds_are_kept_apart(db: COCO, raw: dict):
+    by_image: dict[int, dict[int, list]] = {}
+    for ann in raw["annotations"]:
+        x, y, w, h = ann["bbox"]
+        box = [x, y, x + w, y + h]
+        if not ann["iscrowd"]:
+            box.append(db.coco2cls(ann["category_id"]))
+        by_image.setdefault(ann["image_id"], {0: [], 1: []})[ann["iscrowd"]].append(box)
+    for ind in range(len(db)):
+        expected = by_image.get(db.image_id(ind), {0: [], 1: []})
+        dets, crowds = db.detections(ind), db.crowd_boxes(ind)
+        assert dets.dtype == np.float32 and dets.shape == (len(expected[0]), 5)
+        assert crowds.dtype == np.float32 and crowds.shape == (len(expected[1]), 4)
+        np.testing.assert_allclose(dets, np.array(expected[0], np.float32).reshape(-1, 5))
+        np.testing.assert_allclose(crowds, np.array(expected[1], np.float32).reshape(-1, 4))
+    assert sum(len(db.crowd_boxes(i)) for i in range(len(db))) == 10
+
+
+def test_images_without_annotations_give_empty_detections(db: COCO):
+    for image_id in (250, 508):
+        dets = db.detections(ind_of(db, image_id))
+        assert dets.shape == (0, 5) and dets.dtype == np.float32
+
+
+def test_detections_returns_a_copy(db: COCO):
+    db.detections(0)[:] = -1
+    assert (db.detections(0) >= 0).all()
+
+
+def test_grayscale_jpeg_reads_as_three_channel_bgr(db: COCO):
+    ind = [db.image_ids(i) for i in range(len(db))].index("000000000086.jpg")
+    image = db.read_image(ind)
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    assert (image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all()
+    assert db.image_path(ind).endswith("images/000000000086.jpg")
+
+
+def test_split_files_select_the_subset(coco128: Path, sys_config: SystemConfig):
+    ann = coco128 / "annotations"
+    config = {"categories": 80,
+              "image_dirs": {"train": str(coco128 / "images"), "val": str(coco128 / "images")},
+              "annotation_files": {"train": str(ann / "instances_coco128_train.json"),
+                                   "val": str(ann / "instances_coco128_val.json")}}
+    train = datasets["COCO"](config, split="train", sys_config=sys_config)
+    val = datasets["COCO"](config, split="val", sys_config=sys_config)
+    assert (len(train), len(val)) == (96, 32)
+    assert max(train.image_id(i) for i in range(96)) < min(val.image_id(i) for i in range(32))
+    with pytest.raises(ConfigError, match="unknown split 'test'.*train, val"):
+        COCO(config, split="test", sys_config=sys_config)
+
+
+def test_boxes_outside_are_clipped_and_empty_ones_dropped_each_said_once(
+        coco128: Path, tmp_path: Path, sys_config: SystemConfig, caplog):
+    def edit(content):
+        images = {image["id"]: image for image in content["images"]}
+        for ann, bbox in zip(content["annotations"][:4], ([-5, -5, 20, 20], [600, 10, 80, 30],
+                                                          [10, 10, 0, 5], [10, 10, 4, -1])):
+            width = images[ann["image_id"]]["width"]
+            ann["bbox"] = [width - 40 if bbox[0] == 600 else bbox[0]] + bbox[1:]
+            ann["iscrowd"] = 0
+    path = copy_json(coco128, tmp_path, edit)
+    config = db_config(coco128 / "images", path)
+    for _ in range(2):  # parsed, then from the cache: each load says it once
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
+            db = COCO(config, split="all", sys_config=sys_config)
+        clipped = [r for r in caplog.records if "clipped to the image" in r.getMessage()]
+        dropped = [r for r in caplog.records if "dropped (zero" in r.getMessage()]
+        assert len(clipped) == 1 and len(dropped) == 1
+        assert "2 box(es)" in clipped[0].getMessage() and "2 box(es)" in dropped[0].getMessage()
+        assert str(path) in dropped[0].getMessage() and "annotation id" in dropped[0].getMessage()
+    assert sum(len(db.detections(i)) for i in range(len(db))) == 939 - 10 - 2
+    all_dets = np.concatenate([db.detections(i) for i in range(len(db))])
+    assert all_dets[:, :2].min() >= 0
+
+
+def test_cache_is_reused_and_written_under_cache_dir(db: COCO, coco128: Path,
+                                                     sys_config: SystemConfig, monkeypatch):
+    assert list((sys_config.cache_dir / "dbs").glob("instances_coco128-*.npz"))
+
+    def fail(*args):
+        raise AssertionError("parsed again despite an up-to-date cache")
+    monkeypatch.setattr(coco_module, "parse_instances", fail)
+    again = COCO(db.configs, split="all", sys_config=sys_config)
+    assert len(again) == 128
+    np.testing.assert_array_equal(again.detections(5), db.detections(5))
+
+
+def test_changed_json_is_not_served_from_the_stale_cache(coco128: Path, tmp_path: Path,
+                                                         sys_config: SystemConfig):
+    path = copy_json(coco128, tmp_path)
+    config = db_config(coco128 / "images", path)
+    before = COCO(config, split="all", sys_config=sys_config)
+    ind = ind_of(before, 9)
+    assert len(before.detections(ind)) > 0
+    content = json.loads(path.read_text())
+    content["annotations"] = [a for a in content["annotations"] if a["image_id"] != 9]
+    path.write_text(json.dumps(content))
+    after = COCO(config, split="all", sys_config=sys_config)
+    assert after.detections(ind).shape == (0, 5)
+
+
+def test_missing_json_names_the_file(coco128: Path, tmp_path: Path, sys_config: SystemConfig):
+    missing = tmp_path / "nowhere.json"
+    with pytest.raises(FileNotFoundError, match="annotation file not found: .*nowhere.json"):
+        COCO(db_config(coco128 / "images", missing), split="all", sys_config=sys_config)
+
+
+def test_missing_image_folder_names_it(coco128: Path, tmp_path: Path, sys_config: SystemConfig):
+    with pytest.raises(FileNotFoundError, match="image folder not found: .*no_images"):
+        COCO(db_config(tmp_path / "no_images", coco128 / "annotations" / ALL_JSON), split="all",
+             sys_config=sys_config)
+
+
+def test_malformed_json_names_file_line_and_column(coco128: Path, tmp_path: Path,
+                                                   sys_config: SystemConfig):
+    path = tmp_path / "bad.json"
+    path.write_text('{\n  "images": [],\n  "categories": [,]\n}\n')
+    with pytest.raises(DatasetError, match=r"bad.json: malformed JSON at line 3 column 18"):
+        COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+
+
+def test_missing_key_names_the_annotation(coco128: Path, tmp_path: Path,
+                                          sys_config: SystemConfig):
+    def edit(content):
+        del content["annotations"][3]["bbox"]
+    path = copy_json(coco128, tmp_path, edit)
+    ann_id = json.loads(path.read_text())["annotations"][3]["id"]
+    with pytest.raises(DatasetError, match=f"annotation id {ann_id}: missing 'bbox'"):
+        COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+
+
+def test_unknown_category_id_names_the_annotation(coco128: Path, tmp_path: Path,
+                                                  sys_config: SystemConfig):
+    def edit(content):
+        content["annotations"][0]["category_id"] = 12
+    path = copy_json(coco128, tmp_path, edit)
+    with pytest.raises(DatasetError, match="annotation id .*: unknown category id 12"):
+        COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+
+
+def test_categories_mismatch_names_both_numbers_and_the_file(coco128: Path,
+                                                             sys_config: SystemConfig):
+    config = db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON, categories=4)
+    with pytest.raises(DatasetError, match=f"db.categories is 4 but .*{ALL_JSON} has 80"):
+        COCO(config, split="all", sys_config=sys_config)
+
+
+def test_json_without_annotations_is_a_test_set(coco128: Path, tmp_path: Path,
+                                                sys_config: SystemConfig):
+    path = copy_json(coco128, tmp_path, lambda content: content.pop("annotations"))
+    db = COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+    assert not db.has_annotations and len(db) == 128
+    assert all(db.detections(i).shape == (0, 5) for i in range(len(db)))
+
+
+def test_truncated_jpeg_raises_naming_the_path(db: COCO, tmp_path: Path):
+    source = Path(db.image_path(0))
+    data = source.read_bytes()
+    (tmp_path / source.name).write_bytes(data[: len(data) // 2])
+    db._image_dir = tmp_path  # read the same entry from the damaged copy
+    with pytest.raises(ImageReadError, match="truncated JPEG") as err:
+        db.read_image(0)
+    assert err.value.path == str(tmp_path / source.name) and isinstance(err.value, OSError)
+
+
+def test_missing_image_file_raises_naming_the_path(db: COCO, tmp_path: Path):
+    db._image_dir = tmp_path
+    with pytest.raises(ImageReadError, match=f"{tmp_path}.*file not found"):
+        db.read_image(1)
+
+
+def test_image_read_error_survives_pickling():
+    err = pickle.loads(pickle.dumps(ImageReadError("/x/y.jpg", "file not found")))
+    assert (err.path, err.reason, str(err)) == ("/x/y.jpg", "file not found",
+                                                "cannot read image /x/y.jpg: file not found")
+
+
+def test_shuffle_uses_the_dataset_generator(db: COCO, coco128: Path, sys_config: SystemConfig):
+    other = COCO(db.configs, split="all", sys_config=sys_config)
+    db.shuffle_inds()
+    other.shuffle_inds()
+    assert db.db_inds.tolist() == other.db_inds.tolist() != list(range(128))
+    assert sorted(db.db_inds.tolist()) == list(range(128))
+    db.set_rng(np.random.default_rng(7))
+    expected = db.db_inds[np.random.default_rng(7).permutation(128)]
+    db.shuffle_inds()
+    np.testing.assert_array_equal(db.db_inds, expected)
+
+
+def test_db_inds_can_be_replaced_within_range(db: COCO):
+    db.db_inds = [3, 1]
+    assert db.db_inds.dtype == np.int64 and db.db_inds.tolist() == [3, 1]
+    with pytest.raises(IndexError, match="0..127"):
+        db.db_inds = [128]
+
+
+def test_split_none_touches_no_files(tmp_path: Path):
+    config = db_config(tmp_path / "absent", tmp_path / "absent.json", categories=3)
+    db = COCO(config, split=None)
+    assert db.configs["categories"] == 3 and db.configs["top_k"] == 20 and len(db) == 0
+    assert db.mean.dtype == np.float32 and db.mean.shape == (3,) and db.eig_vec.shape == (3, 3)
+    np.testing.assert_allclose(db.mean, [0.40789654, 0.44719302, 0.47026115])
+    assert db.annotation_file is None
+    with pytest.raises(ConfigError, match="unknown key db.categries"):
+        COCO({"categries": 3})
+
+
+def test_default_layout_needs_a_known_split(sys_config: SystemConfig):
+    with pytest.raises(ConfigError, match="minival, testdev, trainval"):
+        COCO({}, split="val2017", sys_config=sys_config)
+
+
+def test_default_layout_finds_data_dir_coco(coco128: Path, tmp_path: Path):
+    coco_dir = tmp_path / "data" / "coco"
+    (coco_dir / "images").mkdir(parents=True)
+    (coco_dir / "annotations").mkdir()
+    (coco_dir / "images" / "minival2014").symlink_to(coco128 / "images")
+    shutil.copy(coco128 / "annotations" / "instances_coco128_val.json",
+                coco_dir / "annotations" / "instances_minival2014.json")
+    config = SystemConfig(tmp_path).update_config({"cache_dir": "cache"})
+    db = COCO({}, split="minival", sys_config=config)
+    assert len(db) == 32 and (tmp_path / "cache" / "dbs").is_dir()
