@@ -1,0 +1,47 @@
+"""Training-sample builders, selected by `system.sampling_function` through `data_sampling_func`.
+
+    batch, k_ind = data_sampling_func[name](system_config, db, k_ind, data_aug=True)
+
+builds `system_config.batch_size` images from position `k_ind` of `db.db_inds` (calling
+`db.shuffle_inds()` whenever the position is 0) and returns the batch and the next position. All
+randomness comes from `db.rng`. With data_aug False (validation) nothing is random: the whole
+image is resized to input_size, not flipped, and its colour only normalised.
+
+The batch (what crosses the process boundary) is a dict of fixed-shape numpy arrays plus "meta".
+B = batch_size, (H, W) = db.configs["input_size"], M = db.configs["max_objects"],
+S = len(db.configs["att_sizes"]):
+
+    "image"        (B, H, W, 3) uint8    BGR augmented crop (scale, crop, resize, flip done)
+    "color"        (B, 3, 4)    float32  per-image affine [A | t]: the network input is
+                                         A @ [b, g, r] + t per pixel (uint8 values), i.e. the
+                                         colour jitter, PCA lighting and (x / 255 - mean) / std
+                                         folded together; see `render.normalize_image`
+    "boxes"        (B, M, 4)    float32  x1, y1, x2, y2 in output-map coordinates (input
+                                         coordinates * output / input size)
+    "classes"      (B, M)       int64    0-based class of each box
+    "num_objects"  (B,)         int64    objects fill rows [0, num_objects); other rows are 0
+
+cornernet_saccade adds:
+
+    "ignore_boxes"   (B, M, 4) float32  objects that are too small (longest side < min_scale
+                                        input pixels) or mostly cut off by the crop (less than
+                                        half their area left): the loss ignores the heatmap
+                                        under their corner gaussians; output-map coordinates
+    "ignore_classes" (B, M)    int64    0-based class of each ignore box
+    "num_ignore"     (B,)      int64    ignore boxes fill rows [0, num_ignore)
+    "att_cells"      (B, S, M) int64    flat cells y * w + x of attention grid s (size
+                                        att_sizes[s]) that hold an object centre; -1 = none
+
+    "meta"  dict: {"skipped": [paths of unreadable images that were passed over],
+                   "dropped_objects": objects beyond M that were left out}
+
+Dense targets are rendered from these records on the training device by
+`core.sample.render.render_targets`.
+"""
+
+from core.sample.cornernet import cornernet
+from core.sample.cornernet_saccade import cornernet_saccade
+
+data_sampling_func = {"cornernet": cornernet, "cornernet_saccade": cornernet_saccade}
+
+__all__ = ["cornernet", "cornernet_saccade", "data_sampling_func"]
