@@ -3,10 +3,11 @@
 One `Prefetcher` serves one stream of batches (training or validation) for one rank:
 
 - W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`
-  with a generator seeded from (seed, rank, stream, n) and with the images at positions
-  `n * B + rank * b ... + b` of an epoch permutation seeded from (seed, epoch). A batch is
-  therefore a pure function of the seed, the rank and its number: exact resume is "start at
-  batch N", no two workers ever draw the same stream, and the worker count changes nothing.
+  from the images at positions `n * B + rank * b ... + b` of an epoch permutation seeded from
+  (seed, epoch), chunk by chunk, each chunk with a generator seeded from (seed, stream, n,
+  chunk counted over all ranks). A batch is therefore a pure function of the seed and its
+  number: exact resume is "start at batch N", no two workers or ranks ever draw the same
+  stream, and neither the worker count nor splitting chunks over processes changes the data.
 - Each worker owns K slots of a ring of shared tensors preallocated by the trainer (their
   shapes come from one probe batch built in the trainer). Only (n, slot, small records) go
   through the worker's queue; the trainer returns the slot through the worker's free queue.
@@ -45,9 +46,9 @@ class Stopped(Exception):
     """Raised inside the trainer's waits when a stop was requested (signal)."""
 
 
-def batch_rng(seed: int, rank: int, stream: str, number: int) -> np.random.Generator:
-    """The generator that builds batch `number` of `stream` on `rank`."""
-    return np.random.default_rng([seed, rank, STREAMS[stream], number])
+def batch_rng(seed: int, stream: str, number: int, chunk: int) -> np.random.Generator:
+    """The generator that builds chunk `chunk` (counted over all ranks) of batch `number`."""
+    return np.random.default_rng([seed, STREAMS[stream], number, chunk])
 
 
 def batch_indices(seed: int, number: int, size: int, rank: int, world: int,
@@ -93,7 +94,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
             stream: str, worker: int, workers: int, start: int, ring: dict[str, torch.Tensor],
             slots: list[int], out_queue: mp.Queue, free_queue: mp.Queue, stop: mp.Event,
             rank: int, world: int) -> None:
-    """Build batches start+worker, start+worker+W, ... until told to stop."""
+    """Build the batches n >= start with n % workers == worker, in order, until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides what Ctrl-C means
     parent = os.getppid()
     recorder = None
@@ -105,14 +106,13 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
         recorder = _PathRecorder(db)
         db.read_image = recorder
         views = {key: tensor.numpy() for key, tensor in ring.items()}
-        size, length, perms = system_config.batch_size, len(db.db_inds), {}
+        seed, size, perms = system_config.seed, system_config.batch_size, {}
+        length = len(db.db_inds)
+        chunks = system_config.chunk_sizes or [size]
+        chunk_configs = {n: _with_batch_size(system_config, n) for n in set(chunks)}
         free = list(slots)
-        number = start + worker
+        number = start + (worker - start) % workers  # the first n >= start with n % W == w
         while not stop.is_set():
-            db.db_inds = batch_indices(system_config.seed, number, size, rank, world, length,
-                                       data_aug, perms)
-            db.set_rng(batch_rng(system_config.seed, rank, stream, number))
-            batch, _ = sample(system_config, db, 0, data_aug=data_aug)
             while not free:
                 try:
                     free.append(free_queue.get(timeout=POLL_S))
@@ -121,9 +121,19 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
                         out_queue.cancel_join_thread()  # nobody reads any more
                         return
             slot = free.pop()
-            for key, value in _arrays(batch).items():
-                views[key][slot] = value
-            out_queue.put(("batch", number, slot, batch.get("meta", {})))
+            order = batch_indices(seed, number, size, rank, world, length, data_aug, perms)
+            meta: dict = {"skipped": [], "dropped_objects": 0}
+            offset = 0
+            for i, chunk in enumerate(chunks):
+                db.db_inds = order[offset:offset + chunk]
+                db.set_rng(batch_rng(seed, stream, number, rank * len(chunks) + i))
+                batch, _ = sample(chunk_configs[chunk], db, 0, data_aug=data_aug)
+                for key, value in _arrays(batch).items():
+                    views[key][slot, offset:offset + chunk] = value
+                for key, value in batch.get("meta", {}).items():
+                    meta[key] = meta.get(key, 0 if isinstance(value, int) else []) + value
+                offset += chunk
+            out_queue.put(("batch", number, slot, meta))
             number += workers
     except Exception:  # noqa: BLE001 - every failure must reach the trainer
         where = f" (image {recorder.path})" if recorder is not None and recorder.path else ""
@@ -265,6 +275,12 @@ def _exit_status(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _with_batch_size(system_config: Any, size: int) -> Any:
+    local = copy.deepcopy(system_config)
+    local.full["batch_size"] = size
+    return local
+
+
 def rank_config(system_config: Any, rank: int, world: int) -> Any:
     """A copy of the config with this rank's share of the global batch and of its chunks.
 
@@ -275,8 +291,7 @@ def rank_config(system_config: Any, rank: int, world: int) -> Any:
     if size % world:
         raise ValueError(f"batch_size {size} does not split evenly over {world} processes; "
                          f"choose a multiple of {world}")
-    local = copy.deepcopy(system_config)
-    local.full["batch_size"] = size // world
+    local = _with_batch_size(system_config, size // world)
     if chunks is not None:
         per_rank = len(chunks) // world
         mine = chunks[rank * per_rank:(rank + 1) * per_rank]

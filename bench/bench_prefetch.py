@@ -1,0 +1,96 @@
+"""Images/s delivered to the trainer through the real prefetch path, and the data-wait share.
+
+    python bench/bench_prefetch.py [--batches 40] [--tiny-iters 60]
+
+1. For the CornerNet and CornerNet-Squeeze configs on ../shared/data/coco128 (batch 8 per step),
+   the trainer's side of core.prefetch with 1 and 2 workers and no model: images/s after a
+   warm-up, as the loop would see them (ordered delivery, slot copied out, slot freed).
+2. A real CPU run of `train.py CornerNet_Tiny` for a few iterations: the share of wall time
+   the loop spent waiting for data, as train.py reports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from core.config import load_config
+from core.dbs import datasets
+from core.prefetch import Prefetcher, rank_config
+from core.sample import data_sampling_func
+
+COCO128 = REPO.parent / "shared" / "data" / "coco128"
+
+
+def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
+    system_config, db_config = load_config(name)
+    system_config.full.update(batch_size=batch_size, chunk_sizes=None, prefetch_size=4,
+                              cache_dir=tempfile.mkdtemp())
+    db_config.update(image_dirs={"all": str(COCO128 / "images")},
+                     annotation_files={"all": str(COCO128 / "annotations" /
+                                                  "instances_coco128.json")})
+    make_db = functools.partial(datasets["COCO"], db_config, split="all",
+                                sys_config=system_config)
+    sample = data_sampling_func[system_config.sampling_function]
+    local = rank_config(system_config, 0, 1)
+    db = make_db()
+    db.set_rng(np.random.default_rng(0))
+    probe, _ = sample(local, db, 0, data_aug=True)
+    with Prefetcher(make_db, sample, local, probe, workers=workers, data_aug=True,
+                    stream="train") as data:
+        for _ in range(4):
+            data.get()
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            data.get()
+        return batches * batch_size / (time.perf_counter() - t0)
+
+
+def tiny_wait_share(iterations: int) -> str:
+    """Run train.py CornerNet_Tiny briefly; snapshots go to a scratch folder."""
+    config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
+    data_dir = load_config("CornerNet_Tiny")[0].data_dir  # reuse the generated dataset
+    with tempfile.TemporaryDirectory() as tmp:
+        config["system"].update(max_iter=iterations, cache_dir=f"{tmp}/cache",
+                                data_dir=str(data_dir))
+        folder = Path(tmp) / "configs"
+        folder.mkdir()
+        (folder / "CornerNet_Tiny.json").write_text(json.dumps(config))
+        cmd = [sys.executable, str(REPO / "train.py"), "CornerNet_Tiny", "--workers", "2",
+               "--config-dir", str(folder)]
+        out = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
+                             check=False)
+    found = re.search(r"waiting for data (\S+) of the time", out.stdout)
+    return found.group(1) if found else f"(no summary; exit {out.returncode}) {out.stderr[-500:]}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--tiny-iters", type=int, default=60)
+    args = parser.parse_args()
+    if not COCO128.is_dir():
+        sys.exit(f"coco128 not found at {COCO128}")
+    for name in ("CornerNet_Squeeze", "CornerNet"):
+        for workers in (1, 2):
+            rate = delivered(name, workers, args.batches, args.batch_size)
+            print(f"{name:18s} workers={workers}: {rate:7.1f} images/s delivered")
+    print(f"CornerNet_Tiny CPU training ({args.tiny_iters} iterations): waiting for data "
+          f"{tiny_wait_share(args.tiny_iters)} of the wall time")
+
+
+if __name__ == "__main__":
+    main()

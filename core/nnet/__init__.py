@@ -1,0 +1,1 @@
+"""The network side of training: model, loss and optimizer behind one object."""

@@ -1,0 +1,66 @@
+"""Process-group helpers: how many processes, which device, and who may write."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launched_by_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def procs_per_node(requested: int | None) -> int:
+    """One process per GPU; without GPUs, `requested` CPU processes (default 1).
+
+    One CPU process already uses every core through intra-op threads, so more processes on
+    one machine only split the cores; the option exists for testing and for multi-socket hosts.
+    """
+    if torch.cuda.is_available():
+        return torch.cuda.device_count()
+    return requested or 1
+
+
+def init(backend: str | None, url: str, world_size: int, rank: int, local_rank: int) -> torch.device:
+    """Join the process group; returns this process's device."""
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+    if backend == "nccl" and device.type != "cuda":
+        raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
+    # A lost peer surfaces as an error after this long instead of a silent hang.
+    dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank,
+                            timeout=timedelta(minutes=5))
+    return device
+
+
+def cleanup() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_ranks_agree(model: torch.nn.Module, log) -> None:
+    """Raise if the parameters differ between ranks (a DDP bug or a diverged rank)."""
+    params = [p.detach().double() for p in model.parameters()]
+    local = torch.stack([sum(p.sum() for p in params), sum((p * p).sum() for p in params)])
+    local = local.to(params[0].device)
+    gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(gathered, local)
+    if any(not torch.equal(g, gathered[0]) for g in gathered):
+        raise RuntimeError("parameters differ between ranks: "
+                           + ", ".join(f"rank {i}: {g.tolist()}" for i, g in enumerate(gathered)))
+    log(f"parameters identical on {len(gathered)} ranks (checksum {gathered[0][0].item():.10g})")

@@ -1,0 +1,155 @@
+"""Helpers for the training tests: small configs on coco128 and train.py subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path | None = None,
+                 annotations: dict | None = None, **system) -> Path:
+    """A CornerNet_Tiny config on coco128 whose every path lies under `tmp`; returns its folder."""
+    images = images or coco128 / "images"
+    annotations = annotations or {
+        "train": str(coco128 / "annotations" / "instances_coco128_train.json"),
+        "val": str(coco128 / "annotations" / "instances_coco128_val.json"),
+    }
+    config = {
+        "system": {
+            "dataset": "COCO", "model": "CornerNet_Tiny", "sampling_function": "cornernet",
+            "batch_size": 4, "train_split": "train", "val_split": "val", "test_split": "val",
+            "learning_rate": 0.0005, "display": 1, "val_iter": 2, "snapshot": 2,
+            "max_iter": 4, "stepsize": 3, "prefetch_size": 2,
+            "cache_dir": str(tmp / "cache"), "result_dir": str(tmp / "results"),
+            "data_dir": str(tmp / "data"), **system,
+        },
+        "db": {
+            "categories": 80, "input_size": [128, 128], "output_sizes": [[32, 32]],
+            "rand_scale_min": 0.6, "rand_scale_max": 1.4, "rand_scale_step": 0.1,
+            "rand_scales": None, "rand_crop": True, "rand_color": True, "border": 32,
+            "gaussian_bump": True, "gaussian_iou": 0.3, "max_objects": 32,
+            "image_dirs": {"train": str(images), "val": str(images)},
+            "annotation_files": annotations,
+        },
+    }
+    folder = tmp / "configs"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps(config, indent=1))
+    return folder
+
+
+def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), name, "--config-dir", str(config_dir),
+            "--workers", "2", *extra]
+
+
+def run_train(config_dir: Path, *extra: str, name: str = "Tiny128",
+              timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(train_cmd(config_dir, name, *extra), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO, env=env, check=False)
+
+
+def losses(output: str) -> dict[int, str]:
+    """Iteration -> the printed training loss (full precision text)."""
+    return {int(it): loss for it, loss in re.findall(r"iteration (\d+): loss (\S+) ", output)}
+
+
+def children(pid: int) -> set[int]:
+    """Every live descendant of `pid`, read from /proc."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier}
+        found |= frontier
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """The pids that still run (zombies count as gone)."""
+    out = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.add(pid)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+class Training:
+    """train.py in the background, with its output collected line by line."""
+
+    def __init__(self, config_dir: Path, *extra: str, name: str = "Tiny128") -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(train_cmd(config_dir, name, *extra), cwd=REPO, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.lines: list[str] = []
+        self.seen: set[int] = set()
+
+    def wait_for(self, pattern: str, timeout: float = 120) -> str:
+        """Read output until a line matches; remembers every descendant seen meanwhile."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        buffer = ""
+        while time.monotonic() < deadline:
+            self.seen |= children(self.proc.pid)
+            ready, _, _ = select.select([fd], [], [], 0.05)
+            chunk = os.read(fd, 1 << 16).decode(errors="replace") if ready else ""
+            buffer += chunk
+            *done, buffer = buffer.split("\n")
+            for line in done:
+                self.lines.append(line)
+                if re.search(pattern, line):
+                    return line
+            if self.proc.poll() is not None and not chunk:
+                break
+        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
+
+    def workers(self) -> list[int]:
+        """The forked prefetch processes (they carry train.py's command line)."""
+        return [pid for pid in children(self.proc.pid) if "train.py" in cmdline(pid)]
+
+    def finish(self, timeout: float) -> tuple[int, float, str]:
+        """Wait for exit; returns (exit code, seconds waited, the rest of the output)."""
+        t0 = time.monotonic()
+        out, _ = self.proc.communicate(timeout=timeout)
+        rest = (out or b"").decode(errors="replace")
+        return self.proc.returncode, time.monotonic() - t0, "\n".join(self.lines) + "\n" + rest
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+
+def copy_snapshot(src_cache: Path, dst_cache: Path, name: str, iteration: int) -> None:
+    src = src_cache / "nnet" / name / f"{name}_{iteration}.pkl"
+    dst = dst_cache / "nnet" / name
+    dst.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, dst / src.name)

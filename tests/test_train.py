@@ -1,0 +1,218 @@
+"""train.py end to end on coco128 with CornerNet_Tiny: snapshots, exact resume, failures."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import torch
+from _train_helpers import (
+    REPO,
+    Training,
+    alive,
+    copy_snapshot,
+    losses,
+    run_train,
+    write_config,
+)
+
+NAME = "Tiny128"
+
+
+def snapshot(tmp, iteration, cache="cache"):
+    return tmp / cache / "nnet" / NAME / f"{NAME}_{iteration}.pkl"
+
+
+def load(path):
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def test_snapshots_appear_at_configured_iterations_and_load(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=4, snapshot=2)
+    result = run_train(config_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    found = sorted(p.name for p in (tmp_path / "cache" / "nnet" / NAME).glob("*.pkl"))
+    assert found == [f"{NAME}_2.pkl", f"{NAME}_4.pkl"]
+    state = load(snapshot(tmp_path, 4))
+    assert state["iteration"] == 4
+    assert state["config"]["system"]["batch_size"] == 4
+    assert state["data"]["next_batch"] == 4
+    assert set(losses(result.stdout)) == {1, 2, 3, 4}
+    assert "validation loss" in result.stdout
+
+
+def test_resume_continues_exactly(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=6, snapshot=3, stepsize=2)
+    straight = run_train(config_dir)
+    assert straight.returncode == 0, straight.stdout + straight.stderr
+
+    resumed_dir = write_config(tmp_path / "resumed", coco128, max_iter=6, snapshot=3,
+                               stepsize=2)
+    copy_snapshot(tmp_path / "cache", tmp_path / "resumed" / "cache", NAME, 3)
+    resumed = run_train(resumed_dir, "--iter", "3")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    first, second = losses(straight.stdout), losses(resumed.stdout)
+    assert sorted(second) == [4, 5, 6]
+    assert {it: first[it] for it in (4, 5, 6)} == second
+    a = load(snapshot(tmp_path, 6))
+    b = load(snapshot(tmp_path / "resumed", 6))
+    for key, value in a["model"].items():
+        assert torch.equal(value, b["model"][key]), key
+    assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+
+
+def test_initialize_writes_snapshot_zero_without_reading_images(tmp_path, coco128):
+    # Every image of this dataset is unreadable: any sampling at all would fail the run.
+    empty = tmp_path / "no_images"
+    empty.mkdir()
+    config_dir = write_config(tmp_path, coco128, images=empty, strict_images=True)
+    t0 = time.monotonic()
+    result = run_train(config_dir, "--initialize")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert load(snapshot(tmp_path, 0))["iteration"] == 0
+    assert "iteration 1" not in result.stdout
+    assert time.monotonic() - t0 < 60
+
+
+def _broken_dataset(tmp_path, coco128, broken: str):
+    images = tmp_path / "images"
+    shutil.copytree(coco128 / "images", images)
+    data = (images / broken).read_bytes()
+    (images / broken).write_bytes(data[: len(data) // 3])
+    return images
+
+
+def test_failing_worker_stops_training_with_its_traceback(tmp_path, coco128):
+    # The trainer's probe batch reads the first images in file order; this one comes later.
+    broken = "000000000400.jpg"
+    images = _broken_dataset(tmp_path, coco128, broken)
+    config_dir = write_config(tmp_path, coco128, images=images, strict_images=True,
+                              max_iter=1000, batch_size=8, val_iter=0)
+    run = Training(config_dir)
+    try:
+        code, _, output = run.finish(timeout=120)
+    finally:
+        run.kill()
+    assert code != 0
+    assert "Traceback" in output and "ImageReadError" in output
+    assert broken in output
+    time.sleep(1)
+    assert not alive(run.seen), "child processes left behind"
+
+
+def test_killed_worker_is_noticed(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, val_iter=0, snapshot=100000)
+    run = Training(config_dir)
+    try:
+        run.wait_for(r"iteration 2: loss")
+        workers = run.workers()
+        assert len(workers) >= 2
+        victim = workers[0]
+        t0 = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        code, _, output = run.finish(timeout=30)
+        assert time.monotonic() - t0 < 10
+    finally:
+        run.kill()
+    assert code != 0
+    assert "SIGKILL" in output
+    time.sleep(1)
+    assert not alive(run.seen)
+
+
+def test_sigterm_writes_a_loadable_snapshot_and_exits(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=5)
+    run = Training(config_dir)
+    try:
+        run.wait_for(r"iteration 3: loss")
+        run.proc.send_signal(signal.SIGTERM)
+        code, seconds, output = run.finish(timeout=30)
+    finally:
+        run.kill()
+    assert seconds < 30
+    assert code == 128 + signal.SIGTERM
+    done = max(losses(output))
+    state = load(snapshot(tmp_path, done))
+    assert state["iteration"] == done
+    time.sleep(1)
+    assert not alive(run.seen)
+
+
+_WRITER = """
+import sys, torch
+from pathlib import Path
+from core.nnet.py_factory import write_atomic
+path = Path(sys.argv[1])
+big = {"model": {f"w{i}": torch.full((256, 1024), float(i)) for i in range(40)}}
+i = 0
+while True:
+    big["iteration"] = i
+    write_atomic(big, path)
+    i += 1
+    print(i, flush=True)
+"""
+
+
+def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
+    path = tmp_path / "snap.pkl"
+    for delay in (0.3, 0.45, 0.6, 0.8):
+        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=REPO,
+                                stdout=subprocess.PIPE, text=True)
+        proc.stdout.readline()  # at least one complete write exists
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        state = load(path)
+        assert torch.equal(state["model"]["w7"], torch.full((256, 1024), 7.0))
+    assert [p.name for p in tmp_path.iterdir()] == ["snap.pkl"] or all(
+        p.name.startswith(".") for p in tmp_path.iterdir() if p.name != "snap.pkl")
+
+
+def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128):
+    common = {"max_iter": 3, "snapshot": 3, "val_iter": 0, "batch_size": 4}
+    one = write_config(tmp_path / "one", coco128, chunk_sizes=[2, 2], **common)
+    two = write_config(tmp_path / "two", coco128, **common)
+    single = run_train(one)
+    assert single.returncode == 0, single.stdout + single.stderr
+    double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2")
+    assert double.returncode == 0, double.stdout + double.stderr
+    assert "parameters identical on 2 ranks" in double.stdout
+    a = load(snapshot(tmp_path / "one", 3))["model"]
+    b = load(snapshot(tmp_path / "two", 3))["model"]
+    # Parameters, not BN running statistics: DDP broadcasts rank 0's buffers, whereas one
+    # process updates them chunk after chunk.
+    params = [key for key in a if not key.endswith(("running_mean", "running_var",
+                                                    "num_batches_tracked"))]
+    assert len(params) > 50
+    for key in params:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_non_finite_loss_stops_naming_iteration_and_terms(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, learning_rate=1e30, max_iter=50, val_iter=0,
+                              snapshot=1000)
+    result = run_train(config_dir)
+    assert result.returncode == 1
+    message = result.stderr
+    assert "the loss is not finite" in message
+    assert "focal=" in message and "pull=" in message and "push=" in message
+    assert re.search(r"iteration \d+:", message)
+
+
+def test_unknown_config_key_fails_before_any_process(tmp_path, coco128):
+    import json
+
+    config_dir = write_config(tmp_path, coco128)
+    path = config_dir / f"{NAME}.json"
+    config = json.loads(path.read_text())
+    config["system"]["learning_rat"] = 0.1
+    path.write_text(json.dumps(config))
+    result = run_train(config_dir)
+    assert result.returncode == 2
+    assert "learning_rat" in result.stderr and "learning_rate" in result.stderr

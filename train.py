@@ -1,0 +1,272 @@
+#!/usr/bin/env python
+"""Train a corner detector: python train.py <Cfg> [--iter N] [--workers W] [--initialize] ...
+
+Iterations start+1 .. max_iter; the learning rate is a pure function of the iteration; rank 0
+writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continues exactly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import pprint
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from tqdm import tqdm
+
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup
+from core.dbs import datasets
+from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
+from core.prefetch import Prefetcher, Stopped, WorkerError, rank_config
+from core.sample import data_sampling_func
+from core.utils import dist as dist_utils
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Train CornerNet, CornerNet-Squeeze, "
+                                     "CornerNet-Saccade or CornerNet-Tiny")
+    parser.add_argument("cfg_file", help="config name: configs/<cfg_file>.json")
+    parser.add_argument("--iter", dest="start_iter", default=0, type=int,
+                        help="continue from the snapshot of this iteration")
+    parser.add_argument("--workers", default=4, type=int, help="prefetch processes per rank")
+    parser.add_argument("--initialize", action="store_true",
+                        help="write the iteration-0 snapshot and exit")
+    parser.add_argument("--distributed", action="store_true")
+    parser.add_argument("--world-size", default=-1, type=int,
+                        help="number of nodes of distributed training")
+    parser.add_argument("--rank", default=0, type=int, help="node rank")
+    parser.add_argument("--dist-url", default=None, type=str,
+                        help="rendezvous, e.g. tcp://host:port (default: a local port)")
+    parser.add_argument("--dist-backend", default=None, type=str,
+                        help="nccl with GPUs, gloo without (the default follows the machine)")
+    parser.add_argument("--procs-per-node", default=None, type=int,
+                        help="processes per node without GPUs (default 1); one per GPU otherwise")
+    parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
+    parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
+                        help="folder of the <cfg_file>.json files")
+    return parser.parse_args(argv)
+
+
+def learning_rate_at(iteration: int, system_config) -> float:
+    """Iteration i (1-based) uses base / decay ** ((i - 1) // stepsize), as the original."""
+    steps = (iteration - 1) // system_config.stepsize
+    return system_config.learning_rate / system_config.decay_rate ** steps
+
+
+class StopRequest:
+    """SIGTERM or a first Ctrl-C asks the loop to stop after the current iteration."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now
+        self.signum = signum
+
+    def __call__(self) -> bool:
+        return self.signum != 0
+
+
+def agree(flag: bool, distributed: bool) -> bool:
+    """True on every rank when it is true on any: ranks must stop at the same iteration."""
+    if not distributed:
+        return flag
+    value = torch.tensor([int(flag)])
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
+
+
+def train(args, system_config, db_config: dict, rank: int, world: int, device,
+          distributed: bool) -> int:
+    """Build everything for this rank and run the loop; returns the exit status."""
+    log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
+    stop = StopRequest()
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    make_train_db = functools.partial(dataset, db_config, split=system_config.train_split,
+                                      sys_config=system_config)
+    make_val_db = functools.partial(dataset, db_config, split=system_config.val_split,
+                                    sys_config=system_config)
+    training_db = make_train_db()
+    local = rank_config(system_config, rank, world)
+    torch.manual_seed(system_config.seed)
+    nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
+                          chunks=local.chunk_sizes)
+    log("system config:\n" + pprint.pformat(system_config.full))
+    log("db config:\n" + pprint.pformat(training_db.configs))
+    log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
+        f"processes: {world}, batch per process: {local.batch_size}")
+
+    def state(iteration: int) -> dict:
+        return {"data": {"next_batch": iteration, "world_size": world,
+                         "batch_size": system_config.batch_size}}
+
+    if args.initialize:
+        if rank == 0:
+            log(f"initial parameters written to {nnet.save_params(0, state(0))}")
+        return 0
+    start = args.start_iter
+    if start:
+        snapshot = nnet.load_params(start)
+        if snapshot.get("data", {}).get("world_size", world) != world:
+            log(f"note: snapshot {start} was trained with another process count: the data "
+                f"stream after it differs from an uninterrupted run")
+        log(f"continuing from snapshot {start}")
+    elif system_config.pretrain:
+        nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
+
+    # One batch built here sizes the shared ring and surfaces data errors before forking.
+    training_db.set_rng(np.random.default_rng(system_config.seed))
+    probe, _ = sample(local, training_db, 0, data_aug=True)
+    pin = nnet.device.type == "cuda"
+    common = {"rank": rank, "world": world, "pin": pin}
+    val_iter = system_config.val_iter
+    iteration = start
+    with contextlib.ExitStack() as stack:
+        train_data = stack.enter_context(Prefetcher(
+            make_train_db, sample, local, probe, workers=args.workers, data_aug=True,
+            stream="train", start=start, **common))
+        val_data = None
+        if val_iter:
+            val_data = stack.enter_context(Prefetcher(
+                make_val_db, sample, local, probe, workers=1, data_aug=False, stream="val",
+                start=start // val_iter, **common))
+        nnet.train_mode()
+        waited, began = 0.0, time.perf_counter()
+        bar = tqdm(range(start + 1, system_config.max_iter + 1), disable=rank != 0,
+                   dynamic_ncols=True, file=sys.stdout)
+        try:
+            for it in bar:
+                lr = learning_rate_at(it, system_config)
+                nnet.set_lr(lr)
+                t0 = time.perf_counter()
+                batch, meta = train_data.get(stop)
+                waited += time.perf_counter() - t0
+                for path in meta.get("skipped", []):
+                    log(f"skipped unreadable image {path}")
+                try:
+                    loss, terms = nnet.train(batch)
+                except NonFiniteLoss as err:
+                    if system_config.nonfinite_loss == "skip":
+                        log(f"iteration {it}: non-finite loss ({err}); step skipped")
+                        iteration = it
+                        continue
+                    raise
+                iteration = it
+                share = waited / (time.perf_counter() - began)
+                bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", wait=f"{share:.0%}")
+                if system_config.display and it % system_config.display == 0:
+                    log(f"iteration {it}: loss {loss.item():.8g} ("
+                              + ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
+                              + f"), lr {lr:.3g}, waiting for data {share:.1%}")
+                if val_data is not None and it % val_iter == 0:
+                    nnet.eval_mode()
+                    val_batch, _ = val_data.get(stop)
+                    val_loss, _ = nnet.validate(val_batch)
+                    nnet.train_mode()
+                    log(f"iteration {it}: validation loss {val_loss.item():.5f}")
+                if it % system_config.snapshot == 0 or it == system_config.max_iter:
+                    if distributed:
+                        dist_utils.check_ranks_agree(nnet.model, log)
+                    if rank == 0:
+                        nnet.save_params(it, state(it))
+                if agree(stop(), distributed):
+                    raise Stopped()
+        except NonFiniteLoss as err:
+            bar.close()
+            print(f"iteration {iteration + 1}: the loss is not finite ({err}); stopping. "
+                  f"Lower system.learning_rate, check the data, or set "
+                  f"system.nonfinite_loss to \"skip\".", file=sys.stderr, flush=True)
+            return 1
+        except Stopped:
+            bar.close()
+            if rank == 0 and iteration > start:
+                path = nnet.save_params(iteration, state(iteration))
+                log(f"stopped by signal after iteration {iteration}; snapshot {path}")
+            return 128 + (stop.signum or signal.SIGTERM)
+        except WorkerError as err:
+            bar.close()
+            print(f"training stopped at iteration {iteration + 1}: {err}", file=sys.stderr,
+                  flush=True)
+            return 1
+        bar.close()
+        log(f"done: {system_config.max_iter} iterations, waiting for data "
+            f"{waited / (time.perf_counter() - began):.1%} of the time")
+    return 0
+
+
+def run(local_rank: int, procs: int, args) -> int:
+    """One training process: join the group if distributed, then train."""
+    system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    device, rank, world = args.device, 0, 1
+    distributed = args.distributed
+    if distributed:
+        if dist_utils.launched_by_torchrun():
+            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+            local_rank, url = int(os.environ["LOCAL_RANK"]), "env://"
+        else:
+            rank, world, url = args.rank * procs + local_rank, args.world_size * procs, args.dist_url
+        device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+    try:
+        return train(args, system_config, db_config, rank, world, device, distributed)
+    finally:
+        dist_utils.cleanup()
+
+
+def _spawned(local_rank: int, procs: int, args) -> None:
+    status = run(local_rank, procs, args)
+    if status:
+        sys.exit(status)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        load_config(args.cfg_file, args.config_dir)  # config errors before any process starts
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if not args.distributed or dist_utils.launched_by_torchrun():
+        return run(0, 1, args)
+    if args.world_size < 1:
+        print("error: --distributed needs --world-size (the number of nodes)", file=sys.stderr)
+        return 2
+    procs = dist_utils.procs_per_node(args.procs_per_node)
+    if args.dist_url is None:
+        if args.world_size > 1:
+            print("error: --dist-url is needed with more than one node", file=sys.stderr)
+            return 2
+        args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
+    context = mp.start_processes(_spawned, args=(procs, args), nprocs=procs, join=False,
+                                 start_method="spawn")
+
+    def forward(signum: int, frame) -> None:
+        for proc in context.processes:
+            if proc.is_alive():
+                os.kill(proc.pid, signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    try:
+        while not context.join():
+            pass
+    except mp.ProcessExitedException as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code if err.exit_code and err.exit_code > 0 else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
