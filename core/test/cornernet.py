@@ -1,0 +1,189 @@
+"""CornerNet and CornerNet-Squeeze inference on one image: scales, flip, mapping back, soft-NMS.
+
+For each test scale the image is resized, placed at the centre of a zero canvas whose sides are
+`side | 127` (so `side + 1` is a multiple of 128 and every hourglass level has an integer size),
+normalised and run through the network, with its mirror image in the same batch when
+`test_flipped`. Detections come back in output-map coordinates and are mapped to the original
+image: divided by the map/input ratio, shifted by the canvas border, clipped to the resized image
+and divided by the scale. Then per class (soft-)NMS and the `max_per_image` cut.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from .soft_nms import soft_nms
+
+# Every input side is `k * 128 - 1`, as in the original (crop_image to `side | 127`).
+GRID_MASK = 127
+
+
+def network_input(images: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                  device: torch.device | str) -> torch.Tensor:
+    """Normalise a uint8 batch on `device`.
+
+    Args:
+        images: (B, H, W, 3) uint8 BGR.
+        mean, std: (3,) float32 BGR, in units of 1/255 of the pixel range.
+        device: where the network runs; the uint8 batch travels, the float one is made there.
+
+    Returns:
+        (B, 3, H, W) float32 `(images / 255 - mean) / std` on `device`.
+    """
+    batch = torch.from_numpy(np.ascontiguousarray(images)).to(device).permute(0, 3, 1, 2)
+    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+    std_t = torch.as_tensor(std, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+    return (batch.float() / 255 - mean_t) / std_t
+
+
+def resize_and_pad(image: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Resize by `scale` and centre on a zero canvas of sides `side | 127`.
+
+    Args:
+        image: (H, W, 3) uint8.
+
+    Returns:
+        canvas: (h | 127, w | 127, 3) uint8 with h, w = int(H * scale), int(W * scale);
+        border: (2,) float32 [top, left], where the resized image starts on the canvas;
+        size: (2,) float32 [h, w], the resized image's size.
+    """
+    height, width = image.shape[:2]
+    new_h, new_w = int(height * scale), int(width * scale)
+    inp_h, inp_w = new_h | GRID_MASK, new_w | GRID_MASK
+    resized = cv2.resize(image, (new_w, new_h))
+    top, left = inp_h // 2 - new_h // 2, inp_w // 2 - new_w // 2
+    canvas = np.zeros((inp_h, inp_w, 3), dtype=np.uint8)
+    canvas[top:top + new_h, left:left + new_w] = resized
+    return (canvas, np.array([top, left], dtype=np.float32),
+            np.array([new_h, new_w], dtype=np.float32))
+
+
+def output_size(input_hw: tuple[int, int], input_size: list, out_size: list) -> tuple[int, int]:
+    """Output-map size for an input of `input_hw`, at the stride that maps the configured
+    `input_size` to `out_size` (511 -> 128 is stride 4, 511 -> 64 stride 8)."""
+    strides = [(i + 1) // o for i, o in zip(input_size, out_size)]
+    return (input_hw[0] + 1) // strides[0], (input_hw[1] + 1) // strides[1]
+
+
+def flip_back(dets: np.ndarray, out_width: int) -> np.ndarray:
+    """Mirror detections of a horizontally flipped input back: x -> out_width - x.
+
+    Args:
+        dets: (N, 8) float32 rows `[x1, y1, x2, y2, score, tl, br, cls]` on the flipped map.
+        out_width: width of the output map.
+
+    Returns:
+        (N, 8) float32 copy with x1, x2 mirrored and swapped so that x1 <= x2 stays true.
+    """
+    dets = dets.copy()
+    dets[:, [0, 2]] = out_width - dets[:, [2, 0]]
+    return dets
+
+
+def map_to_image(dets: np.ndarray, ratios: np.ndarray, border: np.ndarray, size: np.ndarray,
+                 scale: float) -> np.ndarray:
+    """Output-map detections to original-image coordinates, in place.
+
+    Args:
+        dets: (N, 8) float32 rows `[x1, y1, x2, y2, score, tl, br, cls]`, modified in place.
+        ratios: (2,) [out_h / inp_h, out_w / inp_w].
+        border: (2,) [top, left] of the resized image on the canvas.
+        size: (2,) [h, w] of the resized image.
+        scale: the test scale the image was resized by.
+
+    Returns:
+        `dets`, boxes clipped to the image; boxes lying wholly outside it (in the padding) get
+        score -1, the mark of a rejected pair.
+    """
+    xs, ys = dets[:, 0:4:2], dets[:, 1:4:2]
+    xs /= ratios[1]
+    ys /= ratios[0]
+    xs -= border[1]
+    ys -= border[0]
+    outside = (xs[:, 1] <= 0) | (xs[:, 0] >= size[1]) | (ys[:, 1] <= 0) | (ys[:, 0] >= size[0])
+    dets[outside, 4] = -1
+    np.clip(xs, 0, size[1], out=xs)
+    np.clip(ys, 0, size[0], out=ys)
+    dets[:, 0:4] /= scale
+    return dets
+
+
+def nms_config(configs: dict) -> dict[str, Any]:
+    """The soft_nms keyword arguments selected by a db config (merge only with merge_bbox)."""
+    return {
+        "method": configs["nms_algorithm"],
+        "nms_threshold": configs["nms_threshold"],
+        "weight_exp": configs["weight_exp"] if configs["merge_bbox"] else None,
+    }
+
+
+def per_class_nms(dets: np.ndarray, categories: int, max_per_image: int,
+                  **nms_kwargs: Any) -> dict[int, np.ndarray]:
+    """Per-class soft-NMS of one image's detections, then keep the `max_per_image` best.
+
+    Args:
+        dets: (N, 8) float32 rows `[x1, y1, x2, y2, score, tl, br, cls]`, cls 0-based; rows with
+            score -1 (rejected) are ignored.
+        categories: number of classes C.
+        max_per_image: score cut over all classes; ties at the cut are all kept.
+        nms_kwargs: passed to `soft_nms`.
+
+    Returns:
+        {cls: (n, 5) float32 [x1, y1, x2, y2, score]} for cls in 1..C (1-based), each in the
+        order soft-NMS picked them.
+    """
+    dets = dets[dets[:, 4] > -1]
+    classes = dets[:, 7].astype(np.int64)
+    top_bboxes = {}
+    for j in range(categories):
+        _, kept = soft_nms(dets[classes == j, 0:7], **nms_kwargs)
+        top_bboxes[j + 1] = kept[:, 0:5]
+
+    scores = np.concatenate([b[:, 4] for b in top_bboxes.values()])
+    if len(scores) > max_per_image:
+        kth = len(scores) - max_per_image
+        thresh = np.partition(scores, kth)[kth]
+        top_bboxes = {j: b[b[:, 4] >= thresh] for j, b in top_bboxes.items()}
+    return top_bboxes
+
+
+def cornernet_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.ndarray]:
+    """Detect objects in one image with a CornerNet or CornerNet-Squeeze network.
+
+    Args:
+        db: dataset with `configs` (top_k, ae_threshold, nms_kernel, num_dets, test_flipped,
+            test_scales, input_size, output_sizes, categories, nms_* , weight_exp, merge_bbox,
+            max_per_image), `mean`, `std`.
+        nnet: NetworkFactory-like: `device`, `test(images, **decode_kwargs)` returning
+            detections (B, num_dets, 8) first.
+        image: (H, W, 3) uint8 BGR.
+
+    Returns:
+        {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]} in image pixels.
+    """
+    cfg = db.configs
+    decode_kwargs = {"K": cfg["top_k"], "kernel": cfg["nms_kernel"],
+                     "ae_threshold": cfg["ae_threshold"], "num_dets": cfg["num_dets"]}
+    all_dets = []
+    for scale in cfg["test_scales"]:
+        canvas, border, size = resize_and_pad(image, scale)
+        out_h, out_w = output_size(canvas.shape[:2], cfg["input_size"], cfg["output_sizes"][0])
+        ratios = np.array([out_h / canvas.shape[0], out_w / canvas.shape[1]], dtype=np.float32)
+
+        batch = canvas[None]
+        if cfg["test_flipped"]:
+            batch = np.concatenate((batch, batch[:, :, ::-1]), axis=0)
+        images = network_input(batch, db.mean, db.std, nnet.device)
+        dets = nnet.test(images, **decode_kwargs)[0].float().cpu().numpy()
+
+        scale_dets = dets[0]
+        if cfg["test_flipped"]:
+            scale_dets = np.concatenate((scale_dets, flip_back(dets[1], out_w)), axis=0)
+        all_dets.append(map_to_image(scale_dets, ratios, border, size, scale))
+
+    return per_class_nms(np.concatenate(all_dets, axis=0), cfg["categories"],
+                         cfg["max_per_image"], **nms_config(cfg))
