@@ -5,7 +5,6 @@ setup(
     version="0.1.0",
     description="CornerNet, CornerNet-Squeeze and CornerNet-Saccade: trainer and evaluator",
     packages=find_packages(include=["core", "core.*"]),
-    py_modules=["train", "test"],
     python_requires=">=3.9",
     install_requires=["torch>=2.1", "numpy", "opencv-python-headless", "tqdm"],
     extras_require={
