@@ -1,0 +1,51 @@
+# ruff: noqa: N999  (module names are the model names users pass, as in the original)
+"""CornerNet (Law & Deng, 2018) with the CornerNet-Lite layout: Hourglass-104, 2 stacks.
+
+Input (B, 3, H, W) float32, normalised; outputs at stride 4 (511 -> 128, 255 -> 64).
+See `hg_net` for what forward returns in the train and test paths.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from .py_utils.corner_pool import br_pool, tl_pool
+from .py_utils.losses import CornerNet_Loss
+from .py_utils.modules import (
+    HEAT_BIAS,
+    convolution,
+    hg,
+    hg_module,
+    hg_net,
+    merge_mod,
+    pred_mods,
+    residual,
+)
+
+
+class model(hg_net):
+    """CornerNet: 201,035,212 parameters with 80 categories."""
+
+    def __init__(self, categories: int = 80) -> None:
+        stacks = 2
+        pre = nn.Sequential(convolution(7, 3, 128, stride=2), residual(128, 256, stride=2))
+        hg_mods = nn.ModuleList([
+            hg_module(5, [256, 256, 384, 384, 384, 512], [2, 2, 2, 2, 2, 4])
+            for _ in range(stacks)
+        ])
+        backbone = hg(
+            pre, hg_mods,
+            cnvs=nn.ModuleList([convolution(3, 256, 256) for _ in range(stacks)]),
+            inters=nn.ModuleList([residual(256, 256) for _ in range(stacks - 1)]),
+            cnvs_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
+            inters_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
+        )
+        super().__init__(
+            backbone,
+            tl_modules=nn.ModuleList([tl_pool(256) for _ in range(stacks)]),
+            br_modules=nn.ModuleList([br_pool(256) for _ in range(stacks)]),
+            tl_heats=pred_mods(stacks, categories, bias=HEAT_BIAS),
+            br_heats=pred_mods(stacks, categories, bias=HEAT_BIAS),
+            tl_tags=pred_mods(stacks, 1), br_tags=pred_mods(stacks, 1),
+            tl_offs=pred_mods(stacks, 2), br_offs=pred_mods(stacks, 2),
+        )
+        self.loss = CornerNet_Loss(pull_weight=1e-1, push_weight=1e-1)

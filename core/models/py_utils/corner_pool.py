@@ -1,0 +1,87 @@
+"""Corner pooling without compiled code: flip, `torch.cummax`, flip.
+
+Each pool maps (B, C, H, W) to the same shape. For every position it takes the maximum over a
+ray that starts at that position:
+
+- TopPool:    out[..., y, x] = max over y' >= y of in[..., y', x]  (looks down)
+- BottomPool: out[..., y, x] = max over y' <= y of in[..., y', x]  (looks up)
+- LeftPool:   out[..., y, x] = max over x' >= x of in[..., y, x']  (looks right)
+- RightPool:  out[..., y, x] = max over x' <= x of in[..., y, x']  (looks left)
+
+Autograd comes from `cummax`: the gradient of each output goes to the single input element
+whose index cummax returned. On ties cummax keeps the element it reached last in its scan, so
+the gradient goes to the tied maximum nearest to the output position along the ray.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .modules import convolution
+
+
+def directional_max(x: torch.Tensor, dim: int, reverse: bool) -> torch.Tensor:
+    """Running maximum along `dim`; from the far end towards index 0 when `reverse`."""
+    if reverse:
+        return torch.cummax(x.flip(dim), dim)[0].flip(dim)
+    return torch.cummax(x, dim)[0]
+
+
+class TopPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return directional_max(x, 2, reverse=True)
+
+
+class BottomPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return directional_max(x, 2, reverse=False)
+
+
+class LeftPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return directional_max(x, 3, reverse=True)
+
+
+class RightPool(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return directional_max(x, 3, reverse=False)
+
+
+class corner_pool(nn.Module):
+    """Corner-pooling module of CornerNet: (B, dim, H, W) -> (B, dim, H, W).
+
+    Two conv/BN/ReLU branches (to `mid_dim` channels) are pooled in two directions
+    (pool1, pool2 = TopPool, LeftPool for top-left corners; BottomPool, RightPool for
+    bottom-right), summed and projected back by conv/BN; a 1x1 conv/BN skip of the input is
+    added, then ReLU and a 3x3 conv/BN/ReLU. The published models use mid_dim 128.
+    """
+
+    def __init__(self, dim: int, pool1: type[nn.Module], pool2: type[nn.Module],
+                 mid_dim: int = 128) -> None:
+        super().__init__()
+        self.p1_conv1 = convolution(3, dim, mid_dim)
+        self.p2_conv1 = convolution(3, dim, mid_dim)
+        self.p_conv1 = nn.Conv2d(mid_dim, dim, 3, padding=1, bias=False)
+        self.p_bn1 = nn.BatchNorm2d(dim)
+        self.conv1 = nn.Conv2d(dim, dim, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(dim)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv2 = convolution(3, dim, dim)
+        self.pool1 = pool1()
+        self.pool2 = pool2()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = self.pool1(self.p1_conv1(x)) + self.pool2(self.p2_conv1(x))
+        pooled = self.p_bn1(self.p_conv1(pooled))
+        skip = self.bn1(self.conv1(x))
+        return self.conv2(self.relu1(pooled + skip))
+
+
+def tl_pool(dim: int, mid_dim: int = 128) -> corner_pool:
+    """Top-left corner module."""
+    return corner_pool(dim, TopPool, LeftPool, mid_dim)
+
+
+def br_pool(dim: int, mid_dim: int = 128) -> corner_pool:
+    """Bottom-right corner module."""
+    return corner_pool(dim, BottomPool, RightPool, mid_dim)
