@@ -1,0 +1,86 @@
+"""Model speed and size: python bench/bench_models.py [--threads 2] [--reps 3] [--batch 1]
+
+Prints the parameter count of every model, CornerNet-Squeeze forward+backward seconds per
+image at 511 x 511 on the CPU, CornerNet-Tiny forward+backward seconds per batch of 16 at
+128 x 128, and on CUDA (when available) Squeeze training images/s in float32 and under bfloat16
+autocast. The backward pass starts from the sum of the means of all outputs (a stand-in for the
+loss, whose own cost is negligible next to the network's). Peak memory is the process's maximum
+resident set size. Needs the package importable (`pip install -e .`).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import resource
+import time
+
+import torch
+
+MODELS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet_Tiny")
+
+
+def build(name: str) -> torch.nn.Module:
+    return importlib.import_module(f"core.models.{name}").model()
+
+
+def step_seconds(model: torch.nn.Module, image: torch.Tensor, reps: int,
+                 bf16: bool = False) -> float:
+    """Median seconds of one forward+backward, after one warm-up step."""
+    device = image.device.type
+    autocast = (torch.autocast(device, dtype=torch.bfloat16) if bf16
+                else contextlib.nullcontext())
+    times = []
+    for _ in range(reps + 1):
+        start = time.perf_counter()
+        with autocast:
+            outs = model(image)
+            total = sum(t.float().mean() for maps in outs for t in maps)
+        model.zero_grad(set_to_none=True)
+        total.backward()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=1, help="Squeeze batch on the CPU")
+    parser.add_argument("--gpu-batch", type=int, default=8)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+
+    for name in MODELS:
+        count = sum(p.numel() for p in build(name).parameters())
+        print(f"{name:18s} parameters {count:>13,d}")
+
+    squeeze = build("CornerNet_Squeeze").train()
+    image = torch.randn(args.batch, 3, 511, 511)
+    seconds = step_seconds(squeeze, image, args.reps)
+    print(f"CornerNet_Squeeze  cpu fwd+bwd 511x511 batch {args.batch}, {args.threads} threads: "
+          f"{seconds / args.batch:.2f} s/image")
+
+    tiny = build("CornerNet_Tiny").train()
+    seconds = step_seconds(tiny, torch.randn(16, 3, 128, 128), max(args.reps, 5))
+    print(f"CornerNet_Tiny     cpu fwd+bwd 128x128 batch 16, {args.threads} threads: "
+          f"{seconds:.3f} s/batch")
+
+    if torch.cuda.is_available():
+        squeeze = squeeze.cuda()
+        image = torch.randn(args.gpu_batch, 3, 511, 511, device="cuda")
+        for label, bf16 in (("fp32", False), ("bf16 autocast", True)):
+            seconds = step_seconds(squeeze, image, max(args.reps, 5), bf16=bf16)
+            print(f"CornerNet_Squeeze  cuda {label} train batch {args.gpu_batch}: "
+                  f"{args.gpu_batch / seconds:.1f} images/s")
+        print(f"cuda peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB")
+
+    # ru_maxrss is in KiB on Linux.
+    print(f"peak rss {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
