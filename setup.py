@@ -9,6 +9,6 @@ setup(
     install_requires=["torch>=2.1", "numpy", "opencv-python-headless", "tqdm"],
     extras_require={
         "coco": ["faster-coco-eval", "pycocotools"],
-        "test": ["pytest", "faster-coco-eval", "pycocotools"],
+        "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools"],
     },
 )

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 POLL_S = 0.2
+STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
 STREAMS = {"train": 0, "val": 1}
 
 
@@ -142,6 +143,20 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
         out_queue.join_thread()  # the error must reach the trainer before this process ends
 
 
+def _context() -> mp.context.BaseContext:
+    """Workers come from a fork server: a clean process started once with the data code.
+
+    A plain fork copies the trainer's locks in whatever state its threads (OpenMP, OpenCV,
+    the pin threads) hold them, and a worker can then hang for ever on its first call; a
+    spawned worker spends seconds importing torch before its first batch.
+    """
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["core.prefetch", "core.sample", "core.dbs", "cv2"])
+    return ctx
+
+
 class Prefetcher:
     """Ordered batches of one stream for one rank, built by `workers` processes.
 
@@ -164,9 +179,7 @@ class Prefetcher:
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
                       for key, value in _arrays(probe).items()}
-        # Fork, as torch's DataLoader does on Linux: a spawned worker spends seconds importing
-        # torch before its first batch. Workers touch no torch op, only numpy views of the ring.
-        ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+        ctx = _context()
         self._stop = ctx.Event()
         self._out = [ctx.Queue() for _ in range(workers)]
         self._free = [ctx.Queue() for _ in range(workers)]
@@ -229,6 +242,7 @@ class Prefetcher:
     def get(self, should_stop: Callable[[], bool] = lambda: False) -> tuple[dict, dict]:
         """The next batch in order, as (tensors, meta). Raises WorkerError or Stopped."""
         w = self.next % self.workers
+        began = time.monotonic()
         while True:
             if should_stop():
                 raise Stopped()
@@ -237,6 +251,10 @@ class Prefetcher:
                 break
             except queue.Empty:
                 self.check_alive()
+                if time.monotonic() - began > STALL_S:
+                    raise WorkerError(f"prefetch worker {self.procs[w].name} (pid "
+                                      f"{self.procs[w].pid}) is alive but delivered no batch "
+                                      f"in {STALL_S:.0f} s") from None
         if kind == "error":
             raise WorkerError(f"prefetch worker {self.procs[w].name} failed:\n{payload}")
         assert number == self.next, f"batch {number} arrived when {self.next} was due"

@@ -82,6 +82,13 @@ def children(pid: int) -> set[int]:
     return found
 
 
+def parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
 def alive(pids: set[int]) -> set[int]:
     """The pids that still run (zombies count as gone)."""
     out = set()
@@ -132,8 +139,11 @@ class Training:
         raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
 
     def workers(self) -> list[int]:
-        """The forked prefetch processes (they carry train.py's command line)."""
-        return [pid for pid in children(self.proc.pid) if "train.py" in cmdline(pid)]
+        """The prefetch processes: the children of train.py's fork server."""
+        pids = children(self.proc.pid)
+        servers = {pid for pid in pids
+                   if "forkserver" in cmdline(pid) and parent(pid) == self.proc.pid}
+        return [pid for pid in pids if parent(pid) in servers]
 
     def finish(self, timeout: float) -> tuple[int, float, str]:
         """Wait for exit; returns (exit code, seconds waited, the rest of the output)."""
