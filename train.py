@@ -24,7 +24,7 @@ import torch.multiprocessing as mp
 from tqdm import tqdm
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup
-from core.dbs import datasets
+from core.dbs import DatasetError, datasets
 from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
 from core.prefetch import Prefetcher, Stopped, WorkerError, rank_config
 from core.sample import data_sampling_func
@@ -239,7 +239,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if not args.distributed or dist_utils.launched_by_torchrun():
-        return run(0, 1, args)
+        try:
+            return run(0, 1, args)
+        except (ConfigError, DatasetError, FileNotFoundError) as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
     if args.world_size < 1:
         print("error: --distributed needs --world-size (the number of nodes)", file=sys.stderr)
         return 2

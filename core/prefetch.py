@@ -34,6 +34,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from .config import ConfigError
+
 POLL_S = 0.2
 STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
 STREAMS = {"train": 0, "val": 1}
@@ -173,7 +175,7 @@ class Prefetcher:
                  probe: dict, *, workers: int, data_aug: bool, stream: str, start: int = 0,
                  rank: int = 0, world: int = 1, pin: bool = False) -> None:
         if workers < 1:
-            raise ValueError(f"--workers must be at least 1, got {workers}")
+            raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next, self._pin = workers, start, pin
         per_worker = max(2, math.ceil(system_config.prefetch_size / workers))
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
@@ -307,14 +309,14 @@ def rank_config(system_config: Any, rank: int, world: int) -> Any:
     """
     size, chunks = system_config.batch_size, system_config.chunk_sizes
     if size % world:
-        raise ValueError(f"batch_size {size} does not split evenly over {world} processes; "
+        raise ConfigError(f"batch_size {size} does not split evenly over {world} processes; "
                          f"choose a multiple of {world}")
     local = _with_batch_size(system_config, size // world)
     if chunks is not None:
         per_rank = len(chunks) // world
         mine = chunks[rank * per_rank:(rank + 1) * per_rank]
         if len(chunks) % world or sum(mine) != size // world:
-            raise ValueError(f"system.chunk_sizes {chunks} cannot be dealt evenly to {world} "
+            raise ConfigError(f"system.chunk_sizes {chunks} cannot be dealt evenly to {world} "
                              f"processes of {size // world} images each; adjust or remove them")
         local.full["chunk_sizes"] = mine
     return local

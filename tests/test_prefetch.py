@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _fake_data import FakeDB, fake_sample
 
-from core.config import SystemConfig
+from core.config import ConfigError, SystemConfig
 from core.prefetch import Prefetcher, WorkerError, batch_indices, rank_config
 
 
@@ -115,7 +115,7 @@ def test_chunks_are_dealt_to_ranks_in_order():
     assert rank_config(system, 0, 2).chunk_sizes == [2, 2]
     assert rank_config(system, 1, 2).chunk_sizes == [1, 3]
     assert rank_config(system, 1, 2).batch_size == 4
-    with pytest.raises(ValueError, match="chunk_sizes"):
+    with pytest.raises(ConfigError, match="chunk_sizes"):
         rank_config(config(8, chunk_sizes=[3, 2, 1, 2]), 0, 2)
-    with pytest.raises(ValueError, match="multiple of 3"):
+    with pytest.raises(ConfigError, match="multiple of 3"):
         rank_config(config(8), 0, 3)

@@ -216,3 +216,11 @@ def test_unknown_config_key_fails_before_any_process(tmp_path, coco128):
     result = run_train(config_dir)
     assert result.returncode == 2
     assert "learning_rat" in result.stderr and "learning_rate" in result.stderr
+
+
+def test_missing_snapshot_is_a_clear_error(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128)
+    result = run_train(config_dir, "--iter", "7")
+    assert result.returncode == 2
+    assert "no snapshot for iteration 7" in result.stderr
+    assert "Traceback" not in result.stderr
