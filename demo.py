@@ -19,7 +19,7 @@ from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, look
 from core.dbs import datasets
 from core.nnet.py_factory import NetworkFactory
 from core.test import test_func
-from core.utils.images import read_image
+from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 
 
@@ -52,13 +52,18 @@ def main(args: argparse.Namespace) -> list[Path]:
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
     nnet = NetworkFactory(system_config, db, device=args.device)
-    nnet.load_params(system_config.max_iter if args.testiter is None else args.testiter)
+    nnet.load_params(system_config.max_iter if args.testiter is None else args.testiter,
+                     model_only=True)
     nnet.eval_mode()
     inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
     written = []
     for path in args.images:
-        image = read_image(path)
+        try:
+            image = read_image(path)
+        except ImageReadError as err:
+            print(f"skipped: {err}")
+            continue
         detections = inference(db, nnet, image)
         out = save_detections(args.out / f"{path.stem}.jpg", image, detections, names,
                               args.thresh)

@@ -17,10 +17,11 @@ import torch
 from tqdm import tqdm
 
 from core.config import CONFIG_DIR, ConfigError, config_path, load_config, lookup
-from core.dbs import datasets
+from core.dbs import DatasetError, datasets
 from core.nnet.py_factory import NetworkFactory
 from core.test import test_func
 from core.test.coco_eval import BACKENDS, save_and_evaluate
+from core.utils.images import ImageReadError
 from core.utils.vis import save_detections
 
 SPLITS = ("training", "validation", "testing")
@@ -74,7 +75,7 @@ def main(args: argparse.Namespace) -> dict | None:
     db = dataset(db_config, split=split, sys_config=system_config)
     nnet = NetworkFactory(system_config, db, device=args.device)
     print(f"loading {system_config.snapshot_file(testiter)}")
-    nnet.load_params(testiter)
+    nnet.load_params(testiter, model_only=True)
     nnet.eval_mode()
     inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
@@ -84,16 +85,25 @@ def main(args: argparse.Namespace) -> dict | None:
     limit = args.debug_images if args.debug else args.images
     db_inds = db.db_inds[:limit]
 
-    top_bboxes = {}
+    top_bboxes, skipped = {}, []
     start = time.perf_counter()
     for ind in tqdm(db_inds, desc=f"{args.cfg_file} {split}", ncols=80):
-        image = db.read_image(ind)
+        try:
+            image = db.read_image(ind)
+        except ImageReadError as err:
+            if system_config.strict_images:
+                raise
+            skipped.append(err.path)
+            continue
         detections = inference(db, nnet, image)
         top_bboxes[db.image_id(ind)] = detections
         if args.debug:
             save_detections(out_dir / "debug" / f"{db.image_id(ind)}.jpg", image, detections,
                             db.cls2name)
     seconds = time.perf_counter() - start
+    if skipped:
+        print(f"skipped {len(skipped)} unreadable images (scored as misses): "
+              f"{', '.join(map(str, skipped[:5]))}{' ...' if len(skipped) > 5 else ''}")
     print(f"{len(db_inds)} images, {1000 * seconds / max(len(db_inds), 1):.1f} ms per image "
           f"on {nnet.device}")
     return save_and_evaluate(db, top_bboxes, out_dir, backend=args.backend)
@@ -102,5 +112,5 @@ def main(args: argparse.Namespace) -> dict | None:
 if __name__ == "__main__":
     try:
         main(parse_args())
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, DatasetError, OSError) as err:
         sys.exit(f"error: {err}")

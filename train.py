@@ -79,11 +79,11 @@ class StopRequest:
         return self.signum != 0
 
 
-def agree(flag: bool, distributed: bool) -> bool:
+def agree(flag: bool, distributed: bool, device: torch.device) -> bool:
     """True on every rank when it is true on any: ranks must stop at the same iteration."""
     if not distributed:
         return flag
-    value = torch.tensor([int(flag)])
+    value = torch.tensor([int(flag)], device=device)  # nccl reduces only CUDA tensors
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return bool(value.item())
 
@@ -130,8 +130,10 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     # One batch built here sizes the shared ring and surfaces data errors before forking.
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe, _ = sample(local, training_db, 0, data_aug=True)
-    pin = nnet.device.type == "cuda"
-    common = {"rank": rank, "world": world, "pin": pin}
+    common = {"rank": rank, "world": world, "device": nnet.device}
+    # A rank that stopped inside a wait would leave the others in a collective: under DDP the
+    # ranks stop together, at the end of an iteration, through `agree`.
+    wait_stop = (lambda: False) if distributed else stop
     val_iter = system_config.val_iter
     iteration = start
     with contextlib.ExitStack() as stack:
@@ -152,28 +154,28 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 lr = learning_rate_at(it, system_config)
                 nnet.set_lr(lr)
                 t0 = time.perf_counter()
-                batch, meta = train_data.get(stop)
+                batch, meta = train_data.get(wait_stop)
                 waited += time.perf_counter() - t0
                 for path in meta.get("skipped", []):
                     log(f"skipped unreadable image {path}")
                 try:
                     loss, terms = nnet.train(batch)
                 except NonFiniteLoss as err:
-                    if system_config.nonfinite_loss == "skip":
-                        log(f"iteration {it}: non-finite loss ({err}); step skipped")
-                        iteration = it
-                        continue
-                    raise
+                    if system_config.nonfinite_loss == "stop":
+                        raise
+                    log(f"iteration {it}: non-finite loss ({err}); step skipped")
+                    loss = None
                 iteration = it
                 share = waited / (time.perf_counter() - began)
-                bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", wait=f"{share:.0%}")
-                if system_config.display and it % system_config.display == 0:
+                if loss is not None:
+                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", wait=f"{share:.0%}")
+                if loss is not None and system_config.display and it % system_config.display == 0:
                     log(f"iteration {it}: loss {loss.item():.8g} ("
                               + ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
                               + f"), lr {lr:.3g}, waiting for data {share:.1%}")
                 if val_data is not None and it % val_iter == 0:
                     nnet.eval_mode()
-                    val_batch, _ = val_data.get(stop)
+                    val_batch, _ = val_data.get(wait_stop)
                     val_loss, _ = nnet.validate(val_batch)
                     nnet.train_mode()
                     log(f"iteration {it}: validation loss {val_loss.item():.5f}")
@@ -182,7 +184,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                         dist_utils.check_ranks_agree(nnet.model, log)
                     if rank == 0:
                         nnet.save_params(it, state(it))
-                if agree(stop(), distributed):
+                if agree(stop(), distributed, nnet.device):
                     raise Stopped()
         except NonFiniteLoss as err:
             bar.close()
@@ -262,7 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                 os.kill(proc.pid, signum)
 
     signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
+    # Ctrl-C already reaches every rank through the process group; forwarding it again would
+    # count as a second Ctrl-C there and skip the final snapshot.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         while not context.join():
             pass

@@ -61,6 +61,10 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "test_split": ("testdev", (str,), False),
 }
 
+# Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
+_POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
+             "max_objects"}
+
 _CHOICES = {
     "opt_algo": ("adam", "sgd"),
     "nonfinite_loss": ("stop", "skip"),
@@ -68,7 +72,8 @@ _CHOICES = {
 
 # Keys that the original's configs carry but its code never read. Accepting them silently would
 # hide typos; rejecting them without a word would puzzle people porting a config.
-_IGNORED_BY_ORIGINAL = {"rand_full_crop", "height_mult", "width_mult"}
+_IGNORED_BY_ORIGINAL = {"rand_full_crop", "height_mult", "width_mult", "view_sizes", "max_scale",
+                        "score_threshold", "max_per_set", "data_aug"}
 
 _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "categories": (80, (int,), False),
@@ -78,9 +83,7 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "rand_scale_step": (0.2, _NUMBER, False),
     "input_size": ([383, 383], (list,), False),
     "output_sizes": ([[96, 96], [48, 48], [24, 24], [12, 12]], (list,), False),
-    "score_threshold": (0.05, _NUMBER, False),
     "nms_threshold": (0.7, _NUMBER, False),
-    "max_per_set": (40, (int,), False),
     "max_per_image": (100, (int,), False),
     "top_k": (20, (int,), False),
     "ae_threshold": (1, _NUMBER, False),
@@ -89,7 +92,6 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "nms_algorithm": ("exp_soft_nms", (str,), False),
     "weight_exp": (8, _NUMBER, False),
     "merge_bbox": (False, (bool,), False),
-    "data_aug": (True, (bool,), False),
     "lighting": (True, (bool,), False),
     "border": (64, (int,), False),
     "gaussian_bump": (False, (bool,), False),
@@ -99,14 +101,14 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "rand_color": (False, (bool,), False),
     "rand_center": (True, (bool,), False),
     "init_sizes": ([192, 255], (list,), False),
-    "view_sizes": ([], (list,), False),
     "min_scale": (16, _NUMBER, False),
-    "max_scale": (32, _NUMBER, False),
     "att_sizes": ([[16, 16], [32, 32], [64, 64]], (list,), False),
     "att_ranges": ([[96, 256], [32, 96], [0, 32]], (list,), False),
     "att_ratios": ([16, 8, 4], (list,), False),
-    "att_scales": ([1, 1.5, 2], (list,), False),
-    "att_thresholds": ([0.3, 0.3, 0.3, 0.3], (list,), False),
+    # One list of zoom factors per attention round, as CornerNet_Saccade.json sets them (the
+    # original's flat defaults could not run its own test path).
+    "att_scales": ([[1, 1.5, 2]], (list,), False),
+    "att_thresholds": ([0.3], (list,), False),
     "att_nms_ks": ([3, 3, 3], (list,), False),
     "att_max_crops": (8, (int,), False),
     "ref_dets": (True, (bool,), False),
@@ -163,6 +165,8 @@ def _check(section: str, schema: dict, new: dict, where: str) -> dict:
             raise ConfigError(
                 f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
                 f"{type(value).__name__} {value!r}")
+        if key in _POSITIVE and value <= 0:
+            raise ConfigError(f"{where}: {section}.{key} must be greater than 0, got {value}")
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"{where}: {section}.{key} is '{value}'; valid: "
                               f"{', '.join(_CHOICES[key])}")
@@ -181,9 +185,16 @@ def check_db_config(new: dict, where: str = "db config") -> dict:
         configs["rand_scales"] = np.arange(
             configs["rand_scale_min"], configs["rand_scale_max"], configs["rand_scale_step"]
         ).tolist()
-    for key in ("input_size",):
-        if len(configs[key]) != 2:
-            raise ConfigError(f"{where}: db.{key} must be [height, width], got {configs[key]}")
+    if len(configs["input_size"]) != 2:
+        raise ConfigError(f"{where}: db.input_size must be [height, width], got "
+                          f"{configs['input_size']}")
+    scales, rounds = configs["att_scales"], len(configs["att_thresholds"])
+    if not all(isinstance(s, list) and len(s) == len(configs["att_sizes"]) for s in scales) \
+            or len(scales) < rounds:
+        raise ConfigError(f"{where}: db.att_scales must hold, for each of the {rounds} "
+                          f"attention rounds (att_thresholds), a list of "
+                          f"{len(configs['att_sizes'])} zoom factors (one per att_sizes entry), "
+                          f"got {scales}")
     return configs
 
 

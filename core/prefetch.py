@@ -37,6 +37,7 @@ import torch
 from .config import ConfigError
 
 POLL_S = 0.2
+SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
 STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
 STREAMS = {"train": 0, "val": 1}
 
@@ -55,16 +56,17 @@ def batch_rng(seed: int, stream: str, number: int, chunk: int) -> np.random.Gene
 
 
 def batch_indices(seed: int, number: int, size: int, rank: int, world: int,
-                  length: int, shuffle: bool, cache: dict) -> np.ndarray:
-    """Dataset positions of this rank's share of global batch `number`.
+                  length: int, shuffle: bool, cache: dict, spare: int = 0) -> np.ndarray:
+    """Dataset indices of this rank's share of global batch `number`, then `spare` more.
 
     The global batch covers stream positions [number * size * world, ...); an epoch is a
     permutation of the dataset seeded from (seed, epoch), identical on every rank, so ranks
-    read disjoint images within an epoch. `cache` keeps the permutations of recent epochs.
+    read disjoint images within an epoch. The spare indices continue the stream: they stand in
+    for unreadable images. `cache` keeps the permutations of recent epochs.
     """
     start = (number * world + rank) * size
-    positions = np.arange(start, start + size)
-    out = np.empty(size, dtype=np.int64)
+    positions = np.arange(start, start + size + spare)
+    out = np.empty(positions.size, dtype=np.int64)
     for epoch in np.unique(positions // length):
         if epoch not in cache:
             if len(cache) > 4:
@@ -124,11 +126,13 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
                         out_queue.cancel_join_thread()  # nobody reads any more
                         return
             slot = free.pop()
-            order = batch_indices(seed, number, size, rank, world, length, data_aug, perms)
+            order = batch_indices(seed, number, size, rank, world, length, data_aug, perms,
+                                  spare=min(length, SPARE))
             meta: dict = {"skipped": [], "dropped_objects": 0}
             offset = 0
             for i, chunk in enumerate(chunks):
-                db.db_inds = order[offset:offset + chunk]
+                # The chunk's images, then the rest of the stream as stand-ins for unreadable ones.
+                db.db_inds = np.concatenate([order[offset:offset + chunk], order[size:]])
                 db.set_rng(batch_rng(seed, stream, number, rank * len(chunks) + i))
                 batch, _ = sample(chunk_configs[chunk], db, 0, data_aug=data_aug)
                 for key, value in _arrays(batch).items():
@@ -168,15 +172,16 @@ class Prefetcher:
         system_config: this rank's config; its `batch_size` is the per-rank batch.
         probe: one batch built by the trainer; its array shapes size the shared ring.
         start: number of the first batch to deliver (the data position to resume from).
-        pin: stage batches in pinned memory (when they go to CUDA).
+        device: where the batches go; on CUDA they are staged in pinned memory.
     """
 
     def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
                  probe: dict, *, workers: int, data_aug: bool, stream: str, start: int = 0,
-                 rank: int = 0, world: int = 1, pin: bool = False) -> None:
+                 rank: int = 0, world: int = 1, device: torch.device | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
-        self.workers, self.next, self._pin = workers, start, pin
+        self.workers, self.next = workers, start
+        self._device = torch.device(device or "cpu")
         per_worker = max(2, math.ceil(system_config.prefetch_size / workers))
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
@@ -204,6 +209,9 @@ class Prefetcher:
 
     def _stage(self, w: int) -> None:
         """Pin thread: take a slot, copy it out, free it, hand the copy over."""
+        pin = self._device.type == "cuda"
+        if pin:
+            torch.cuda.set_device(self._device)  # pinned memory belongs to the rank's device
         while not self._thread_stop.is_set():
             try:
                 record = self._out[w].get(timeout=POLL_S)
@@ -215,7 +223,7 @@ class Prefetcher:
             if kind == "batch":
                 tensors = {}
                 for key, ring in self._ring.items():
-                    tensors[key] = torch.empty_like(ring[slot], pin_memory=self._pin)
+                    tensors[key] = torch.empty_like(ring[slot], pin_memory=pin)
                     tensors[key].copy_(ring[slot])
                 self._free[w].put(slot)
                 record = (kind, number, tensors, meta)

@@ -132,3 +132,25 @@ def test_rand_scales_null_expands_like_numpy_arange():
 def test_every_shipped_config_loads(name: str):
     system, db = load_config(name)
     assert system.snapshot_name and db["categories"] >= 1
+
+
+@pytest.mark.parametrize("section, key", [("system", "snapshot"), ("system", "stepsize"),
+                                          ("system", "batch_size"), ("db", "max_objects")])
+def test_zero_count_or_period_is_an_error(section: str, key: str):
+    check = (lambda v: SystemConfig().update_config({key: v})) if section == "system" else (
+        lambda v: check_db_config({key: v}))
+    with pytest.raises(ConfigError, match=f"{section}.{key} must be greater than 0, got 0"):
+        check(0)
+
+
+def test_view_sizes_is_rejected_as_a_key_the_original_never_used():
+    with pytest.raises(ConfigError, match="db.view_sizes .*never used"):
+        check_db_config({"view_sizes": []})
+
+
+def test_att_scales_need_one_list_per_attention_round():
+    assert check_db_config({})["att_scales"] == [[1, 1.5, 2]]
+    with pytest.raises(ConfigError, match="att_scales"):
+        check_db_config({"att_scales": [1, 1.5, 2]})
+    with pytest.raises(ConfigError, match="att_scales"):
+        check_db_config({"att_thresholds": [0.3, 0.3]})

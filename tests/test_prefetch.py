@@ -119,3 +119,33 @@ def test_chunks_are_dealt_to_ranks_in_order():
         rank_config(config(8, chunk_sizes=[3, 2, 1, 2]), 0, 2)
     with pytest.raises(ConfigError, match="multiple of 3"):
         rank_config(config(8), 0, 3)
+
+
+def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_path, coco128):
+    import shutil
+
+    from core.config import check_db_config
+    from core.dbs import datasets
+    from core.sample import data_sampling_func
+
+    images = tmp_path / "images"
+    shutil.copytree(coco128 / "images", images)
+    broken = images / "000000000030.jpg"
+    broken.write_bytes(broken.read_bytes()[:2000])
+    db_config = check_db_config({
+        "input_size": [128, 128], "output_sizes": [[32, 32]], "max_objects": 32,
+        "image_dirs": {"train": str(images)},
+        "annotation_files": {"train": str(coco128 / "annotations" /
+                                          "instances_coco128_train.json")}})
+    system = config(1, cache_dir=str(tmp_path / "cache"))
+    make_db = functools.partial(datasets["COCO"], db_config, split="train", sys_config=system)
+    sample = data_sampling_func["cornernet"]
+    probe, _ = sample(system, make_db(), 0)
+    skipped = []
+    with Prefetcher(make_db, sample, system, probe, workers=1, data_aug=True,
+                    stream="train") as data:
+        for _ in range(96):  # one epoch of the 96 training images
+            batch, meta = data.get()
+            skipped += meta["skipped"]
+            assert batch["image"].shape == (1, 128, 128, 3)
+    assert skipped == [str(broken)]

@@ -35,8 +35,9 @@ def _index_of(db, image_id: int) -> int:
 
 
 def _sample(db, sampler: str, inds: list[int], data_aug: bool = True, **system):
-    """One batch of exactly the images `inds` (walked from position 1, so no shuffle)."""
-    db.db_inds = np.array([inds[0], *inds])
+    """One batch of exactly the images `inds` (walked from position 1, never wrapping, so no
+    shuffle)."""
+    db.db_inds = np.array([inds[0], *inds, inds[0]])
     return data_sampling_func[sampler](system_config(len(inds), **system), db, 1,
                                        data_aug=data_aug)[0]
 
@@ -240,6 +241,7 @@ def test_unreadable_images_are_skipped_with_their_paths(coco128, cache_dir, brok
                                         str(broken_image_dir / truncated)]
     assert batch["num_objects"].tolist() == [len(db.detections(2)), len(db.detections(3))]
     assert np.array_equal(batch["image"][1], cv2.resize(db.read_image(3), (511, 511)))
+    db.db_inds = np.array([5, 0, 1, 2, 3])  # the wrap above shuffled the order
     with pytest.raises(ImageReadError) as raised:
         data_sampling_func["cornernet"](system_config(2, strict_images=True), db, 1)
     assert raised.value.path == str(broken_image_dir / missing)

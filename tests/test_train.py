@@ -224,3 +224,13 @@ def test_missing_snapshot_is_a_clear_error(tmp_path, coco128):
     assert result.returncode == 2
     assert "no snapshot for iteration 7" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_skipped_non_finite_steps_still_reach_the_final_snapshot(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, learning_rate=1e30, max_iter=6, val_iter=0,
+                              snapshot=3, nonfinite_loss="skip")
+    result = run_train(config_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "non-finite loss" in result.stdout and "step skipped" in result.stdout
+    assert load(snapshot(tmp_path, 6))["iteration"] == 6
+    assert snapshot(tmp_path, 3).is_file()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from pathlib import Path
@@ -113,30 +114,31 @@ class NetworkFactory:
             group["lr"] = lr
 
     # ------------------------------------------------------------------------------ steps
-    def _forward_loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """Move the compact batch to the device, render targets there, run model and loss.
+    def _chunk_loss(self, chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Render the targets and normalise the image on the device, run model and loss."""
+        image = normalize_image(chunk["image"], chunk["color"])
+        targets = render_targets(chunk, self.db_configs, self.categories)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._amp):
+            outs = self.network(image)
+        return self.loss(outs, targets)
 
-        With `chunks`, the loss is the mean of the per-chunk losses, as the original's
-        DataParallel computed it per GPU: the losses normalise over their batch, so this is
-        what makes one process with chunks [b, b] equal two processes with b each.
+    def _chunks(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """The batch on the device, split into this process's chunks.
+
+        The loss of a batch is the mean of its chunks' losses, as the original's DataParallel
+        computed it per GPU: the losses normalise over their own batch, so this is what makes
+        one process with chunks [b, b] equal two processes with b each.
         """
         batch = {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
         sizes = self.chunks or [len(batch["image"])]
-        losses, terms = [], []
-        for chunk in _split(batch, sizes):
-            image = normalize_image(chunk["image"], chunk["color"])
-            targets = render_targets(chunk, self.db_configs, self.categories)
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._amp):
-                outs = self.network(image)
-            loss, parts = self.loss(outs, targets)
-            losses.append(loss)
-            terms.append(parts)
-        mean = {key: sum(t[key] for t in terms) / len(terms) for key in terms[0]}
-        return sum(losses) / len(losses), mean
+        if len(sizes) == 1:
+            return [batch]
+        parts = {key: torch.split(value, sizes) for key, value in batch.items()}
+        return [{key: parts[key][i] for key in batch} for i in range(len(sizes))]
 
     def _all_finite(self, loss: torch.Tensor) -> bool:
         """Whether every rank's loss is finite: ranks must agree to skip or stop together."""
-        finite = torch.isfinite(loss.detach()).to(torch.int32)
+        finite = torch.isfinite(loss).to(torch.int32)
         if self.distributed:
             torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
         return bool(finite.item())
@@ -144,21 +146,37 @@ class NetworkFactory:
     def train(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """One optimisation step. Returns (loss, terms), both detached.
 
-        A non-finite loss raises NonFiniteLoss before the parameters are touched.
+        Each chunk's graph is freed by its own backward (gradients accumulate; DDP reduces them
+        once, with the last chunk). A non-finite loss raises NonFiniteLoss before the
+        parameters are touched.
         """
-        loss, terms = self._forward_loss(batch)
-        if not self._all_finite(loss):
-            raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        chunks = self._chunks(batch)
+        loss, terms = torch.zeros((), device=self.device), {}
+        for i, chunk in enumerate(chunks):
+            last = i == len(chunks) - 1
+            sync = contextlib.nullcontext() if last or not self.distributed \
+                else self.network.no_sync()
+            with sync:
+                part, parts = self._chunk_loss(chunk)
+                (part / len(chunks)).backward()
+            loss += part.detach() / len(chunks)
+            for key, value in parts.items():
+                terms[key] = terms.get(key, 0) + value / len(chunks)
+        if not self._all_finite(loss):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
         self.optimizer.step()
-        return loss.detach(), terms
+        return loss, terms
 
     @torch.no_grad()
     def validate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """The loss of a batch without updating anything."""
-        loss, terms = self._forward_loss(batch)
-        return loss.detach(), terms
+        """The loss of a batch (mean over chunks) without updating anything."""
+        results = [self._chunk_loss(chunk) for chunk in self._chunks(batch)]
+        loss = sum(part for part, _ in results) / len(results)
+        terms = {key: sum(parts[key] for _, parts in results) / len(results)
+                 for key in results[0][1]}
+        return loss, terms
 
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
@@ -178,16 +196,17 @@ class NetworkFactory:
             "rng": {"torch": torch.get_rng_state()},
             **(state or {}),
         }
-        if torch.cuda.is_available():
-            snapshot["rng"]["cuda"] = torch.cuda.get_rng_state_all()
+        if self.device.type == "cuda":
+            snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
         path = self.system_config.snapshot_file(iteration)
         write_atomic(snapshot, path)
         return path
 
-    def load_params(self, iteration: int) -> dict:
+    def load_params(self, iteration: int, model_only: bool = False) -> dict:
         """Load snapshot `iteration` (ours, or an official plain state dict).
 
-        Restores model, optimizer and RNG states; returns the whole snapshot dict.
+        Restores model, optimizer and RNG states (only the model with `model_only`, for
+        inference); returns the whole snapshot dict.
         """
         path = self.system_config.snapshot_file(iteration)
         if not path.is_file():
@@ -199,10 +218,12 @@ class NetworkFactory:
             self.model.load_state_dict(strip_module_prefix(snapshot))
             return {"iteration": iteration}
         self.model.load_state_dict(snapshot["model"])
+        if model_only:
+            return snapshot
         self.optimizer.load_state_dict(snapshot["optimizer"])
         torch.set_rng_state(snapshot["rng"]["torch"])
-        if "cuda" in snapshot["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(snapshot["rng"]["cuda"])
+        if "cuda" in snapshot["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(snapshot["rng"]["cuda"], self.device)
         return snapshot
 
     def load_pretrained_params(self, path: str | Path) -> list[str]:
@@ -225,13 +246,6 @@ class NetworkFactory:
                   f"(missing or other shape): {', '.join(skipped[:8])}"
                   f"{' ...' if len(skipped) > 8 else ''}")
         return skipped
-
-
-def _split(batch: dict[str, torch.Tensor], sizes: list[int]) -> list[dict[str, torch.Tensor]]:
-    if len(sizes) == 1:
-        return [batch]
-    parts = {key: torch.split(value, sizes) for key, value in batch.items()}
-    return [{key: parts[key][i] for key in batch} for i in range(len(sizes))]
 
 
 def _load(path: Path) -> dict:

@@ -3,7 +3,7 @@
     batch, k_ind = data_sampling_func[name](system_config, db, k_ind, data_aug=True)
 
 builds `system_config.batch_size` images from position `k_ind` of `db.db_inds` (calling
-`db.shuffle_inds()` whenever the position is 0) and returns the batch and the next position. All
+`db.shuffle_inds()` whenever the position wraps to 0) and returns the batch and the next position. All
 randomness comes from `db.rng`. With data_aug False (validation) nothing is random: the whole
 image is resized to input_size, not flipped, and its colour only normalised.
 

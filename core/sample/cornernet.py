@@ -50,7 +50,7 @@ def sample_batch(system_config: Any, db: Any, k_ind: int, extra: dict[str, np.nd
                  fill: Fill) -> tuple[dict, int]:
     """Build `system_config.batch_size` images from position `k_ind` of `db.db_inds`.
 
-    Calls `db.shuffle_inds()` whenever the position is 0. An image that raises ImageReadError is
+    Calls `db.shuffle_inds()` whenever the position wraps to 0. An image that raises ImageReadError is
     skipped and its path recorded in meta["skipped"] (re-raised under `strict_images`).
     Returns the batch (the allocated arrays, `extra`, and "meta") and the next position.
     """
@@ -60,10 +60,10 @@ def sample_batch(system_config: Any, db: Any, k_ind: int, extra: dict[str, np.nd
     db_size = db.db_inds.size
     slot = failures = 0
     while slot < batch_size:
-        if k_ind == 0:
-            db.shuffle_inds()
         db_ind = db.db_inds[k_ind]
         k_ind = (k_ind + 1) % db_size
+        if k_ind == 0:
+            db.shuffle_inds()  # a new epoch: the original shuffles here too
         try:
             image = db.read_image(db_ind)
         except ImageReadError as err:

@@ -55,9 +55,11 @@ def cleanup() -> None:
 
 def check_ranks_agree(model: torch.nn.Module, log) -> None:
     """Raise if the parameters differ between ranks (a DDP bug or a diverged rank)."""
-    params = [p.detach().double() for p in model.parameters()]
-    local = torch.stack([sum(p.sum() for p in params), sum((p * p).sum() for p in params)])
-    local = local.to(params[0].device)
+    local = torch.zeros(2, dtype=torch.float64, device=next(model.parameters()).device)
+    for param in model.parameters():
+        value = param.detach().double()  # one parameter at a time: no copy of the whole model
+        local[0] += value.sum()
+        local[1] += (value * value).sum()
     gathered = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
     dist.all_gather(gathered, local)
     if any(not torch.equal(g, gathered[0]) for g in gathered):
