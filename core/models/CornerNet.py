@@ -8,18 +8,9 @@ from __future__ import annotations
 
 from torch import nn
 
-from .py_utils.corner_pool import br_pool, tl_pool
+from .py_utils.builders import corner_heads, stacked_hourglass
 from .py_utils.losses import CornerNet_Loss
-from .py_utils.modules import (
-    HEAT_BIAS,
-    convolution,
-    hg,
-    hg_module,
-    hg_net,
-    merge_mod,
-    pred_mods,
-    residual,
-)
+from .py_utils.modules import convolution, hg_module, hg_net, residual
 
 
 class model(hg_net):
@@ -32,20 +23,5 @@ class model(hg_net):
             hg_module(5, [256, 256, 384, 384, 384, 512], [2, 2, 2, 2, 2, 4])
             for _ in range(stacks)
         ])
-        backbone = hg(
-            pre, hg_mods,
-            cnvs=nn.ModuleList([convolution(3, 256, 256) for _ in range(stacks)]),
-            inters=nn.ModuleList([residual(256, 256) for _ in range(stacks - 1)]),
-            cnvs_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
-            inters_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
-        )
-        super().__init__(
-            backbone,
-            tl_modules=nn.ModuleList([tl_pool(256) for _ in range(stacks)]),
-            br_modules=nn.ModuleList([br_pool(256) for _ in range(stacks)]),
-            tl_heats=pred_mods(stacks, categories, bias=HEAT_BIAS),
-            br_heats=pred_mods(stacks, categories, bias=HEAT_BIAS),
-            tl_tags=pred_mods(stacks, 1), br_tags=pred_mods(stacks, 1),
-            tl_offs=pred_mods(stacks, 2), br_offs=pred_mods(stacks, 2),
-        )
+        super().__init__(stacked_hourglass(pre, hg_mods), **corner_heads(stacks, categories))
         self.loss = CornerNet_Loss(pull_weight=1e-1, push_weight=1e-1)

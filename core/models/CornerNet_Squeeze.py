@@ -10,20 +10,16 @@ from functools import partial
 
 from torch import nn
 
-from .py_utils.corner_pool import br_pool, tl_pool
+from .py_utils.builders import corner_heads, stacked_hourglass
 from .py_utils.losses import CornerNet_Loss
 from .py_utils.modules import (
-    HEAT_BIAS,
     convolution,
     fire_module,
-    hg,
     hg_module,
     hg_net,
     make_hg_layer,
     make_layer,
     make_layer_revr,
-    merge_mod,
-    pred_mods,
     residual,
 )
 
@@ -54,21 +50,6 @@ class model(hg_net):
                 make_unpool_layer=make_unpool_layer,
             ) for _ in range(stacks)
         ])
-        backbone = hg(
-            pre, hg_mods,
-            cnvs=nn.ModuleList([convolution(3, 256, 256) for _ in range(stacks)]),
-            inters=nn.ModuleList([residual(256, 256) for _ in range(stacks - 1)]),
-            cnvs_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
-            inters_=nn.ModuleList([merge_mod() for _ in range(stacks - 1)]),
-        )
         # Squeeze's heads use a 1x1 first conv instead of 3x3.
-        head = partial(pred_mods, stacks, k=1)
-        super().__init__(
-            backbone,
-            tl_modules=nn.ModuleList([tl_pool(256) for _ in range(stacks)]),
-            br_modules=nn.ModuleList([br_pool(256) for _ in range(stacks)]),
-            tl_heats=head(categories, bias=HEAT_BIAS), br_heats=head(categories, bias=HEAT_BIAS),
-            tl_tags=head(1), br_tags=head(1),
-            tl_offs=head(2), br_offs=head(2),
-        )
+        super().__init__(stacked_hourglass(pre, hg_mods), **corner_heads(stacks, categories, k=1))
         self.loss = CornerNet_Loss(pull_weight=1e-1, push_weight=1e-1)

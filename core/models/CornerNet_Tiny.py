@@ -12,22 +12,11 @@ of raw logits at H/4 x W/4: heats (B, categories, H/4, W/4), tags (B, 1, ...), o
 """
 from __future__ import annotations
 
-from functools import partial
-
 from torch import nn
 
-from .py_utils.corner_pool import br_pool, tl_pool
+from .py_utils.builders import corner_heads, stacked_hourglass
 from .py_utils.losses import CornerNet_Loss
-from .py_utils.modules import (
-    HEAT_BIAS,
-    convolution,
-    hg,
-    hg_module,
-    hg_net,
-    merge_mod,
-    pred_mods,
-    residual,
-)
+from .py_utils.modules import convolution, hg_module, hg_net, residual
 
 
 class model(hg_net):
@@ -35,21 +24,8 @@ class model(hg_net):
 
     def __init__(self, categories: int = 80, dim: int = 32, stacks: int = 1) -> None:
         pre = nn.Sequential(convolution(7, 3, dim, stride=2), residual(dim, dim, stride=2))
-        backbone = hg(
-            pre,
-            nn.ModuleList([hg_module(3, [dim, 64, 96, 128], [1, 1, 1, 1]) for _ in range(stacks)]),
-            cnvs=nn.ModuleList([convolution(3, dim, dim) for _ in range(stacks)]),
-            inters=nn.ModuleList([residual(dim, dim) for _ in range(stacks - 1)]),
-            cnvs_=nn.ModuleList([merge_mod(dim) for _ in range(stacks - 1)]),
-            inters_=nn.ModuleList([merge_mod(dim) for _ in range(stacks - 1)]),
-        )
-        head = partial(pred_mods, stacks, inp_dim=dim, cnv_dim=dim, k=1)
-        super().__init__(
-            backbone,
-            tl_modules=nn.ModuleList([tl_pool(dim, mid_dim=dim) for _ in range(stacks)]),
-            br_modules=nn.ModuleList([br_pool(dim, mid_dim=dim) for _ in range(stacks)]),
-            tl_heats=head(categories, bias=HEAT_BIAS), br_heats=head(categories, bias=HEAT_BIAS),
-            tl_tags=head(1), br_tags=head(1),
-            tl_offs=head(2), br_offs=head(2),
-        )
+        hg_mods = nn.ModuleList([hg_module(3, [dim, 64, 96, 128], [1, 1, 1, 1])
+                                 for _ in range(stacks)])
+        super().__init__(stacked_hourglass(pre, hg_mods, dim),
+                         **corner_heads(stacks, categories, dim, mid_dim=dim, k=1))
         self.loss = CornerNet_Loss(pull_weight=1e-1, push_weight=1e-1)
