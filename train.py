@@ -169,10 +169,10 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 share = waited / (time.perf_counter() - began)
                 if loss is not None:
                     bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", wait=f"{share:.0%}")
-                if loss is not None and system_config.display and it % system_config.display == 0:
-                    log(f"iteration {it}: loss {loss.item():.8g} ("
-                              + ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
-                              + f"), lr {lr:.3g}, waiting for data {share:.1%}")
+                    if system_config.display and it % system_config.display == 0:
+                        parts = ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
+                        log(f"iteration {it}: loss {loss.item():.8g} ({parts}), lr {lr:.3g}, "
+                            f"waiting for data {share:.1%}")
                 if val_data is not None and it % val_iter == 0:
                     nnet.eval_mode()
                     val_batch, _ = val_data.get(wait_stop)
