@@ -267,3 +267,20 @@ def test_saccade_zooms_on_an_attention_peak_and_maps_its_detection_back():
     # Zoomed crop: zoom 0.5 around (y, x) = (64, 192); its top-left is (0, 128) in the image.
     np.testing.assert_allclose(top[1][0, :4], [4 * 4 / 0.5 + 128, 4 * 4 / 0.5 + 0,
                                                8 * 4 / 0.5 + 128, 12 * 4 / 0.5 + 0])
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_saccade_final_nms_follows_merge_bbox(merge):
+    db = FakeDB(input_size=[64, 64], output_sizes=[[16, 16]], init_sizes=[64], ref_dets=False,
+                att_scales=[[1, 2, 4]], att_thresholds=[0.3], att_max_crops=4,
+                merge_bbox=merge, weight_exp=8)
+    image = np.zeros((128, 256, 3), np.uint8)
+    overlapping = [row([4, 4, 8, 12], score=0.9), row([4, 4, 8, 11], score=0.8)]
+    net = FakeSaccadeNet([[REJECTED]], [overlapping])
+    top = saccade.cornernet_saccade_inference(db, net, image)
+    y2 = top[1][0, 3]
+    # The kept box is the best one; merging pulls its bottom edge towards the other box's.
+    if merge:
+        assert 11 * 4 / 0.5 < y2 < 12 * 4 / 0.5
+    else:
+        assert y2 == pytest.approx(12 * 4 / 0.5)

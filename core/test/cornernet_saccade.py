@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cornernet import per_class_nms
+from .cornernet import nms_config, per_class_nms
 
 DECODE_BATCH = 32
 # Crops are never zoomed in beyond this, nor from locations already zoomed beyond MAX_SOURCE_ZOOM.
@@ -249,6 +249,5 @@ def cornernet_saccade_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[i
                                     image_hw, thresholds[step], dets, ignore_same=True)
 
     return per_class_nms(np.concatenate(all_dets, axis=0), cfg["categories"],
-                         cfg["max_per_image"], method=cfg["nms_algorithm"],
-                         nms_threshold=cfg["nms_threshold"], sigma=0.7)
+                         cfg["max_per_image"], sigma=0.7, **nms_config(cfg))
 
