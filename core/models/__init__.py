@@ -7,13 +7,18 @@ import torch
 from torch import nn
 
 
+def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Keys without the `module.` prefix the original's wrapper put on every saved key."""
+    return {k.removeprefix("module."): v for k, v in state_dict.items()}
+
+
 def load_original_state_dict(model: nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
     """Load weights saved by the original code (keys prefixed `module.`) or by this one, strictly.
 
     Raises RuntimeError naming the missing and unexpected keys when the sets differ; shape
     mismatches raise torch's RuntimeError.
     """
-    stripped = {k.removeprefix("module."): v for k, v in state_dict.items()}
+    stripped = strip_module_prefix(state_dict)
     own = model.state_dict().keys()
     missing = [k for k in own if k not in stripped]
     unexpected = [k for k in stripped if k not in own]

@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from ..config import ConfigError, lookup
+from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
 
 # Model modules by name: `system.model`, or the config name, selects one of these.
@@ -38,13 +39,6 @@ def build_model(system_config: Any, categories: int) -> nn.Module:
     name = system_config.model or system_config.snapshot_name
     module = importlib.import_module(lookup(MODELS, name, "model"))
     return module.model(categories=categories)
-
-
-def strip_module_prefix(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Official snapshots were saved through a wrapper: their keys start with `module.`."""
-    if state_dict and all(key.startswith("module.") for key in state_dict):
-        return {key[len("module."):]: value for key, value in state_dict.items()}
-    return state_dict
 
 
 def write_atomic(obj: Any, path: Path) -> None:
@@ -215,7 +209,7 @@ class NetworkFactory:
                                     f"exist; available: {', '.join(p.name for p in have) or 'none'}")
         snapshot = _load(path)
         if snapshot.get("format") != SNAPSHOT_FORMAT:
-            self.model.load_state_dict(strip_module_prefix(snapshot))
+            load_original_state_dict(self.model, snapshot)
             return {"iteration": iteration}
         self.model.load_state_dict(snapshot["model"])
         if model_only:

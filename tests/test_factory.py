@@ -1,0 +1,69 @@
+"""NetworkFactory parameter I/O: official plain state dicts, pretrained weights, snapshots."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from core.config import SystemConfig, check_db_config
+from core.nnet.py_factory import NetworkFactory
+
+
+def factory(tmp_path, categories=4):
+    system = SystemConfig().update_config({"model": "CornerNet_Tiny", "snapshot_name": "T",
+                                           "cache_dir": str(tmp_path)})
+    db = SimpleNamespace(configs=check_db_config({"categories": categories}))
+    torch.manual_seed(categories)
+    return NetworkFactory(system, db, device="cpu")
+
+
+def test_official_plain_state_dict_with_module_prefix_loads_as_a_snapshot(tmp_path):
+    source, target = factory(tmp_path), factory(tmp_path / "other")
+    path = target.system_config.snapshot_file(5)
+    path.parent.mkdir(parents=True)
+    torch.save({f"module.{k}": v for k, v in source.model.state_dict().items()}, path)
+    target.load_params(5)
+    for key, value in source.model.state_dict().items():
+        assert torch.equal(target.model.state_dict()[key], value), key
+
+
+def test_plain_state_dict_of_another_model_is_rejected_naming_keys(tmp_path):
+    target = factory(tmp_path)
+    path = target.system_config.snapshot_file(5)
+    path.parent.mkdir(parents=True)
+    torch.save({"module.backbone.weight": torch.zeros(1)}, path)
+    with pytest.raises(RuntimeError, match="unexpected keys \\['backbone.weight'\\]"):
+        target.load_params(5)
+
+
+def test_pretrained_weights_skip_heads_of_another_class_count(tmp_path):
+    source, target = factory(tmp_path, categories=80), factory(tmp_path, categories=4)
+    path = tmp_path / "official.pkl"
+    torch.save({f"module.{k}": v for k, v in source.model.state_dict().items()}, path)
+    skipped = target.load_pretrained_params(path)
+    assert skipped and all("heats" in key for key in skipped)
+    own = target.model.state_dict()
+    for key, value in source.model.state_dict().items():
+        if key not in skipped:
+            assert torch.equal(own[key], value), key
+
+
+def test_snapshot_round_trip_restores_model_and_optimizer(tmp_path):
+    first = factory(tmp_path)
+    first.optimizer.state[next(first.model.parameters())] = {"step": torch.tensor(3.0)}
+    first.save_params(7, {"data": {"next_batch": 7}})
+    second = factory(tmp_path / "x")
+    second.system_config.full["cache_dir"] = str(tmp_path)
+    state = second.load_params(7)
+    assert state["data"]["next_batch"] == 7
+    for key, value in first.model.state_dict().items():
+        assert torch.equal(second.model.state_dict()[key], value), key
+    assert len(second.optimizer.state_dict()["state"]) == 1
+    inference = factory(tmp_path / "y")
+    inference.system_config.full["cache_dir"] = str(tmp_path)
+    inference.load_params(7, model_only=True)
+    assert not inference.optimizer.state_dict()["state"]
+    assert torch.equal(inference.model.state_dict()["hg.pre.0.conv.weight"],
+                       first.model.state_dict()["hg.pre.0.conv.weight"])
