@@ -11,16 +11,18 @@ from core.config import SystemConfig, check_db_config
 from core.nnet.py_factory import NetworkFactory
 
 
-def factory(tmp_path, categories=4):
+def factory(tmp_path, categories=4, seed=0):
     system = SystemConfig().update_config({"model": "CornerNet_Tiny", "snapshot_name": "T",
                                            "cache_dir": str(tmp_path)})
     db = SimpleNamespace(configs=check_db_config({"categories": categories}))
-    torch.manual_seed(categories)
+    torch.manual_seed(seed)
     return NetworkFactory(system, db, device="cpu")
 
 
 def test_official_plain_state_dict_with_module_prefix_loads_as_a_snapshot(tmp_path):
-    source, target = factory(tmp_path), factory(tmp_path / "other")
+    source, target = factory(tmp_path), factory(tmp_path / "other", seed=1)
+    assert not torch.equal(source.model.state_dict()["hg.pre.0.conv.weight"],
+                           target.model.state_dict()["hg.pre.0.conv.weight"])
     path = target.system_config.snapshot_file(5)
     path.parent.mkdir(parents=True)
     torch.save({f"module.{k}": v for k, v in source.model.state_dict().items()}, path)
@@ -39,7 +41,7 @@ def test_plain_state_dict_of_another_model_is_rejected_naming_keys(tmp_path):
 
 
 def test_pretrained_weights_skip_heads_of_another_class_count(tmp_path):
-    source, target = factory(tmp_path, categories=80), factory(tmp_path, categories=4)
+    source, target = factory(tmp_path, categories=80), factory(tmp_path, categories=4, seed=1)
     path = tmp_path / "official.pkl"
     torch.save({f"module.{k}": v for k, v in source.model.state_dict().items()}, path)
     skipped = target.load_pretrained_params(path)
@@ -54,14 +56,14 @@ def test_snapshot_round_trip_restores_model_and_optimizer(tmp_path):
     first = factory(tmp_path)
     first.optimizer.state[next(first.model.parameters())] = {"step": torch.tensor(3.0)}
     first.save_params(7, {"data": {"next_batch": 7}})
-    second = factory(tmp_path / "x")
+    second = factory(tmp_path / "x", seed=1)
     second.system_config.full["cache_dir"] = str(tmp_path)
     state = second.load_params(7)
     assert state["data"]["next_batch"] == 7
     for key, value in first.model.state_dict().items():
         assert torch.equal(second.model.state_dict()[key], value), key
     assert len(second.optimizer.state_dict()["state"]) == 1
-    inference = factory(tmp_path / "y")
+    inference = factory(tmp_path / "y", seed=2)
     inference.system_config.full["cache_dir"] = str(tmp_path)
     inference.load_params(7, model_only=True)
     assert not inference.optimizer.state_dict()["state"]
