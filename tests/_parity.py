@@ -64,17 +64,26 @@ def assert_fill_check(model: nn.Module, rows: list, rtol: float = 1e-6) -> None:
             assert math.isclose(a, b, rel_tol=rtol, abs_tol=1e-9), f"{key} {name}: {a} != {b}"
 
 
+def forward_atol(abs_sum: float, numel: int) -> float:
+    """The absolute part of the README's forward tolerance: 1e-4 times the output's mean
+    magnitude, because summation order (AVX2 against AVX-512) moves every output by an amount
+    proportional to its scale, not by a fixed 1e-5 (README section 6)."""
+    return 1e-4 * abs_sum / numel
+
+
 def assert_matches_record(t: torch.Tensor, record: dict) -> None:
     """Compare a float32 output with a `{name, shape, sum, abs_sum, sample_indices, samples}`
-    record at the README's tolerances (samples rtol 1e-4 atol 1e-5, sum 1e-5*abs_sum,
-    abs_sum rtol 1e-5)."""
+    record at the README's section-6 tolerances: samples within 1e-4 * mean|output| + 1e-4 *
+    |ref|, sum within 1e-5 * abs_sum, abs_sum within rtol 1e-5."""
     name = record["name"]
     assert list(t.shape) == record["shape"], f"{name}: shape {list(t.shape)}"
     flat = t.detach().contiguous().view(-1)
     samples = flat[torch.tensor(record["sample_indices"])].double()
     ref = torch.tensor(record["samples"], dtype=torch.float64)
-    bad = (samples - ref).abs() > 1e-5 + 1e-4 * ref.abs()
-    assert not bad.any(), f"{name}: samples {samples[bad].tolist()} != {ref[bad].tolist()}"
+    atol = forward_atol(record["abs_sum"], flat.numel())
+    bad = (samples - ref).abs() > atol + 1e-4 * ref.abs()
+    assert not bad.any(), (f"{name}: samples {samples[bad].tolist()} != {ref[bad].tolist()} "
+                           f"(atol {atol:.3g})")
     total, abs_total = flat.double().sum().item(), flat.double().abs().sum().item()
     assert abs(total - record["sum"]) <= 1e-5 * record["abs_sum"], f"{name}: sum {total}"
     assert math.isclose(abs_total, record["abs_sum"], rel_tol=1e-5), f"{name}: abs_sum"

@@ -114,15 +114,20 @@ def test_squeeze_test_path_matches_original_decode(squeeze):
     for got, per_stack in zip((tl_heat, br_heat, tl_tag, br_tag), train_outs):
         assert torch.equal(got, per_stack[-1])
 
-    # The tie-free top-K corners after sigmoid and 3x3 NMS, from the test-path heads.
-    for heat, corners in ((tl_heat, ref["topk_corners_last_stack"]["tl"]),
-                          (br_heat, ref["topk_corners_last_stack"]["br"])):
+    # The tie-free top-K corners after sigmoid and 3x3 NMS, from the test-path heads. Their
+    # scores inherit the heads' forward tolerance, at most a quarter of it (sigmoid' <= 1/4).
+    records = {r["name"]: r for r in
+               _parity.load_reference("CornerNet_Squeeze.forward.json")["outputs"]}
+    for heat, corners, name in ((tl_heat, ref["topk_corners_last_stack"]["tl"], "tl_heat"),
+                                (br_heat, ref["topk_corners_last_stack"]["br"], "br_heat")):
+        record = records[f"stack1.{name}"]
+        atol = 0.25 * _parity.forward_atol(record["abs_sum"], heat.numel())
         prob = heat.sigmoid()
         prob = prob * (torch.nn.functional.max_pool2d(prob, 3, 1, 1) == prob)
         scores, flat = prob.view(1, -1).topk(ref["kwargs"]["K"])
         hw, w = heat.shape[2] * heat.shape[3], heat.shape[3]
         torch.testing.assert_close(scores[0], torch.tensor(corners["scores"]),
-                                   rtol=1e-5, atol=1e-5)
+                                   rtol=1e-4, atol=atol)
         assert (flat[0] % hw).tolist() == corners["inds"]
         assert (flat[0] // hw).tolist() == corners["clses"]
         assert (flat[0] % hw // w).tolist() == corners["ys"]
