@@ -2,12 +2,12 @@
 
 One `Prefetcher` serves one stream of batches (training or validation) for one rank:
 
-- W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`
-  from the images at positions `n * B + rank * b ... + b` of an epoch permutation seeded from
-  (seed, epoch), chunk by chunk, each chunk with a generator seeded from (seed, stream, n,
-  chunk counted over all ranks). A batch is therefore a pure function of the seed and its
-  number: exact resume is "start at batch N", no two workers or ranks ever draw the same
-  stream, and neither the worker count nor splitting chunks over processes changes the data.
+- W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`,
+  chunk by chunk (`core.chunks`): chunk j of global batch n holds the images at stream positions
+  `n * B + offset_j ...` of an epoch permutation seeded from (seed, epoch), and draws from a
+  generator seeded from (seed, stream, n, j). A batch is therefore a pure function of the seed
+  and its number: exact resume is "start at batch N", no two workers or ranks ever draw the same
+  stream, and neither the worker count nor the process count changes the data.
 - Each worker owns K slots of a ring of shared tensors preallocated by the trainer (their
   shapes come from one probe batch built in the trainer). Only (n, slot, small records) go
   through the worker's queue; the trainer returns the slot through the worker's free queue.
@@ -16,6 +16,8 @@ One `Prefetcher` serves one stream of batches (training or validation) for one r
 - Errors travel: a worker's exception comes back with its traceback and the image it was on,
   and is raised in the trainer. Every wait has a timeout after which the workers' liveness is
   checked, so a killed worker is an error, never a hang. `close()` stops and joins everything.
+- Workers watch the trainer process itself (not their parent, which is the fork server) and
+  exit within a second of its death, however it died.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ import signal
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
+from .chunks import Deal
 from .config import ConfigError
 
 POLL_S = 0.2
@@ -51,21 +55,19 @@ class Stopped(Exception):
 
 
 def batch_rng(seed: int, stream: str, number: int, chunk: int) -> np.random.Generator:
-    """The generator that builds chunk `chunk` (counted over all ranks) of batch `number`."""
+    """The generator that builds chunk `chunk` (counted over the global batch) of `number`."""
     return np.random.default_rng([seed, STREAMS[stream], number, chunk])
 
 
-def batch_indices(seed: int, number: int, size: int, rank: int, world: int,
-                  length: int, shuffle: bool, cache: dict, spare: int = 0) -> np.ndarray:
-    """Dataset indices of this rank's share of global batch `number`, then `spare` more.
+def stream_indices(seed: int, start: int, count: int, length: int, shuffle: bool,
+                   cache: dict) -> np.ndarray:
+    """Dataset indices at stream positions [start, start + count).
 
-    The global batch covers stream positions [number * size * world, ...); an epoch is a
-    permutation of the dataset seeded from (seed, epoch), identical on every rank, so ranks
-    read disjoint images within an epoch. The spare indices continue the stream: they stand in
-    for unreadable images. `cache` keeps the permutations of recent epochs.
+    The stream is a sequence of epochs, each a permutation of the `length` images seeded from
+    (seed, epoch) (the identity without `shuffle`), identical in every process, so chunks at
+    disjoint positions read disjoint images within an epoch. `cache` keeps recent permutations.
     """
-    start = (number * world + rank) * size
-    positions = np.arange(start, start + size + spare)
+    positions = np.arange(start, start + count)
     out = np.empty(positions.size, dtype=np.int64)
     for epoch in np.unique(positions // length):
         if epoch not in cache:
@@ -76,6 +78,35 @@ def batch_indices(seed: int, number: int, size: int, rank: int, world: int,
         here = positions // length == epoch
         out[here] = cache[epoch][positions[here] % length]
     return out
+
+
+def process_identity(pid: int) -> tuple[int, str]:
+    """(pid, start time): tells a process apart from a later one that reuses its pid."""
+    fields = _proc_stat(pid)
+    return pid, fields[19] if len(fields) > 19 else ""
+
+
+def is_alive(identity: tuple[int, str]) -> bool:
+    """Whether the process `identity` (from `process_identity`) still runs (a zombie does not)."""
+    pid, started = identity
+    if started:
+        fields = _proc_stat(pid)
+        return len(fields) > 19 and fields[19] == started and fields[0] != "Z"
+    try:  # no /proc: the pid alone
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _proc_stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first); [] if none."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
 
 
 def _arrays(batch: dict) -> dict[str, np.ndarray]:
@@ -95,13 +126,13 @@ class _PathRecorder:
         return self._read(ind)
 
 
-def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, data_aug: bool,
-            stream: str, worker: int, workers: int, start: int, ring: dict[str, torch.Tensor],
-            slots: list[int], out_queue: mp.Queue, free_queue: mp.Queue, stop: mp.Event,
-            rank: int, world: int) -> None:
-    """Build the batches n >= start with n % workers == worker, in order, until told to stop."""
+def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, share: Deal,
+            data_aug: bool, stream: str, worker: int, workers: int, start: int,
+            ring: dict[str, torch.Tensor], slots: list[int], out_queue: mp.Queue,
+            free_queue: mp.Queue, stop: mp.Event, trainer: tuple[int, str]) -> None:
+    """Build the batches n >= start with n % workers == worker, in order, until told to stop
+    or until the trainer process `trainer` (see `process_identity`) is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides what Ctrl-C means
-    parent = os.getppid()
     recorder = None
     try:
         import cv2
@@ -111,10 +142,10 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
         recorder = _PathRecorder(db)
         db.read_image = recorder
         views = {key: tensor.numpy() for key, tensor in ring.items()}
-        seed, size, perms = system_config.seed, system_config.batch_size, {}
-        length = len(db.db_inds)
-        chunks = system_config.chunk_sizes or [size]
-        chunk_configs = {n: _with_batch_size(system_config, n) for n in set(chunks)}
+        seed, perms, length = system_config.seed, {}, len(db.db_inds)
+        spare = min(length, SPARE)
+        chunk_configs = {n: _with_batch_size(system_config, n) for n in set(share.mine)}
+        offsets = share.offsets
         free = list(slots)
         number = start + (worker - start) % workers  # the first n >= start with n % W == w
         while not stop.is_set():
@@ -122,24 +153,25 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, da
                 try:
                     free.append(free_queue.get(timeout=POLL_S))
                 except queue.Empty:
-                    if stop.is_set() or os.getppid() != parent:
+                    if stop.is_set() or not is_alive(trainer):
                         out_queue.cancel_join_thread()  # nobody reads any more
                         return
             slot = free.pop()
-            order = batch_indices(seed, number, size, rank, world, length, data_aug, perms,
-                                  spare=min(length, SPARE))
             meta: dict = {"skipped": [], "dropped_objects": 0}
-            offset = 0
-            for i, chunk in enumerate(chunks):
-                # The chunk's images, then the rest of the stream as stand-ins for unreadable ones.
-                db.db_inds = np.concatenate([order[offset:offset + chunk], order[size:]])
-                db.set_rng(batch_rng(seed, stream, number, rank * len(chunks) + i))
-                batch, _ = sample(chunk_configs[chunk], db, 0, data_aug=data_aug)
+            base, local = number * share.batch_size, 0
+            # Images after the whole batch stand in for unreadable ones, whoever runs the chunk.
+            spares = stream_indices(seed, base + share.batch_size, spare, length, data_aug, perms)
+            for j in share.indices:
+                size = share.sizes[j]
+                own = stream_indices(seed, base + offsets[j], size, length, data_aug, perms)
+                db.db_inds = np.concatenate([own, spares])
+                db.set_rng(batch_rng(seed, stream, number, j))
+                batch, _ = sample(chunk_configs[size], db, 0, data_aug=data_aug)
                 for key, value in _arrays(batch).items():
-                    views[key][slot, offset:offset + chunk] = value
+                    views[key][slot, local:local + size] = value
                 for key, value in batch.get("meta", {}).items():
                     meta[key] = meta.get(key, 0 if isinstance(value, int) else []) + value
-                offset += chunk
+                local += size
             out_queue.put(("batch", number, slot, meta))
             number += workers
     except Exception:  # noqa: BLE001 - every failure must reach the trainer
@@ -169,15 +201,17 @@ class Prefetcher:
     Args:
         make_db: picklable callable returning a fresh dataset object (run in each worker).
         sample: the sampling function, `sample(system_config, db, k_ind, data_aug)`.
-        system_config: this rank's config; its `batch_size` is the per-rank batch.
-        probe: one batch built by the trainer; its array shapes size the shared ring.
+        system_config: the run's config (seed, prefetch_size); chunk sizes come from `share`.
+        probe: one batch of this rank's size (`share.local_batch`) built by the trainer; its
+            array shapes size the shared ring.
+        share: this rank's chunks of every global batch (`core.chunks.deal`).
         start: number of the first batch to deliver (the data position to resume from).
         device: where the batches go; on CUDA they are staged in pinned memory.
     """
 
     def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
-                 probe: dict, *, workers: int, data_aug: bool, stream: str, start: int = 0,
-                 rank: int = 0, world: int = 1, device: torch.device | None = None) -> None:
+                 probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
+                 start: int = 0, device: torch.device | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next = workers, start
@@ -193,11 +227,12 @@ class Prefetcher:
         self._staged = [queue.Queue(maxsize=1) for _ in range(workers)]
         self._thread_stop = threading.Event()
         self._dead_since: dict[int, float] = {}
+        trainer = process_identity(os.getpid())
         self.procs = []
         for w in range(workers):
             slots = list(range(w * per_worker, (w + 1) * per_worker))
-            args = (make_db, sample, system_config, data_aug, stream, w, workers, start,
-                    self._ring, slots, self._out[w], self._free[w], self._stop, rank, world)
+            args = (make_db, sample, system_config, share, data_aug, stream, w, workers, start,
+                    self._ring, slots, self._out[w], self._free[w], self._stop, trainer)
             proc = ctx.Process(target=_worker, args=args, daemon=True,
                                name=f"prefetch-{stream}-{w}")
             proc.start()
@@ -306,25 +341,5 @@ def _exit_status(code: int | None) -> str:
 def _with_batch_size(system_config: Any, size: int) -> Any:
     local = copy.deepcopy(system_config)
     local.full["batch_size"] = size
-    return local
-
-
-def rank_config(system_config: Any, rank: int, world: int) -> Any:
-    """A copy of the config with this rank's share of the global batch and of its chunks.
-
-    `chunk_sizes` (global, as in the original) are dealt to the ranks in order; each rank's
-    chunks must add up to its share.
-    """
-    size, chunks = system_config.batch_size, system_config.chunk_sizes
-    if size % world:
-        raise ConfigError(f"batch_size {size} does not split evenly over {world} processes; "
-                         f"choose a multiple of {world}")
-    local = _with_batch_size(system_config, size // world)
-    if chunks is not None:
-        per_rank = len(chunks) // world
-        mine = chunks[rank * per_rank:(rank + 1) * per_rank]
-        if len(chunks) % world or sum(mine) != size // world:
-            raise ConfigError(f"system.chunk_sizes {chunks} cannot be dealt evenly to {world} "
-                             f"processes of {size // world} images each; adjust or remove them")
-        local.full["chunk_sizes"] = mine
+    local.full["chunk_sizes"] = None
     return local

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from _fake_data import FakeDB, fake_sample
 
-from core.config import ConfigError, SystemConfig
-from core.prefetch import Prefetcher, WorkerError, batch_indices, rank_config
+from core.chunks import deal, rank_config
+from core.config import SystemConfig
+from core.prefetch import Prefetcher, WorkerError, is_alive, process_identity, stream_indices
 
 
 def config(batch_size=3, **extra):
@@ -20,11 +21,13 @@ def config(batch_size=3, **extra):
                                          "seed": 7, **extra})
 
 
-def collect(workers, count, start=0, rank=0, world=1, make_db=FakeDB, batch_size=3):
-    local = rank_config(config(batch_size * world), rank, world)
-    probe, _ = fake_sample(local, make_db(), 0)
-    with Prefetcher(make_db, fake_sample, local, probe, workers=workers, data_aug=True,
-                    stream="train", start=start, rank=rank, world=world) as data:
+def collect(workers, count, start=0, rank=0, world=1, make_db=FakeDB, batch_size=3,
+            **extra):
+    system = config(batch_size * world, **extra)
+    share = deal(system, rank, world)
+    probe, _ = fake_sample(rank_config(system, share), make_db(), 0)
+    with Prefetcher(make_db, fake_sample, system, probe, share=share, workers=workers,
+                    data_aug=True, stream="train", start=start) as data:
         return [data.get()[0] for _ in range(count)]
 
 
@@ -57,9 +60,37 @@ def test_starting_at_batch_n_reproduces_batch_n():
 
 
 def test_ranks_read_disjoint_images_within_an_epoch():
-    seen = [batch_indices(7, n, 2, rank, 2, 12, True, {}) for n in range(3) for rank in (0, 1)]
-    flat = np.concatenate(seen)
-    assert sorted(flat.tolist()) == list(range(12))
+    # 12 images, global batch 4 dealt to 2 ranks: 3 batches make one epoch.
+    make_db = functools.partial(FakeDB, length=12)
+    seen = [images(b) for rank in (0, 1) for b in collect(1, 3, rank=rank, world=2,
+                                                          batch_size=2, make_db=make_db)]
+    flat = [i for batch in seen for i in batch]
+    assert sorted(flat) == list(range(12))
+
+
+def test_a_chunk_is_the_same_whichever_process_runs_it():
+    """Chunks [1, 2, 2, 1]: one process, or 2 processes (chunks 0-1 and 2-3), or 3 processes
+    (chunks 0-1, 2, 3) build the same images with the same random draws."""
+    extra = {"chunk_sizes": [1, 2, 2, 1]}
+    one = collect(2, 4, batch_size=6, **extra)
+    for world in (2, 3):
+        parts = [collect(1, 4, rank=rank, world=world, batch_size=6 // world, **extra)
+                 for rank in range(world)]
+        for n in range(4):
+            joined = np.concatenate([part[n]["noise"].numpy() for part in parts])
+            assert np.array_equal(joined, one[n]["noise"].numpy())
+            assert [i for part in parts for i in images(part[n])] == images(one[n])
+
+
+def test_stream_positions_map_to_epoch_permutations():
+    cache = {}
+    first = stream_indices(7, 0, 10, 10, True, cache)
+    assert sorted(first.tolist()) == list(range(10))
+    assert stream_indices(7, 3, 4, 10, True, cache).tolist() == first[3:7].tolist()
+    across = stream_indices(7, 8, 4, 10, True, cache)
+    assert across[:2].tolist() == first[8:].tolist()
+    assert across[2:].tolist() == stream_indices(7, 10, 2, 10, True, {}).tolist()
+    assert stream_indices(7, 5, 3, 10, False, {}).tolist() == [5, 6, 7]
 
 
 def test_different_ranks_draw_different_augmentation():
@@ -72,8 +103,8 @@ def test_worker_exception_arrives_with_traceback_and_image_path():
     make_db = functools.partial(FakeDB, fail_at=4)
     local = config(3)
     probe, _ = fake_sample(local, FakeDB(), 0)
-    with Prefetcher(make_db, fake_sample, local, probe, workers=2, data_aug=True,
-                    stream="train") as data, pytest.raises(WorkerError) as err:
+    with Prefetcher(make_db, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
+                    data_aug=True, stream="train") as data, pytest.raises(WorkerError) as err:
         for _ in range(10):
             data.get()
     text = str(err.value)
@@ -85,8 +116,8 @@ def test_killed_worker_raises_instead_of_hanging():
     make_db = functools.partial(FakeDB, delay=0.05)
     local = config(3)
     probe, _ = fake_sample(local, FakeDB(), 0)
-    data = Prefetcher(make_db, fake_sample, local, probe, workers=2, data_aug=True,
-                      stream="train")
+    data = Prefetcher(make_db, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
+                      data_aug=True, stream="train")
     try:
         data.get()
         os.kill(data.procs[1].pid, signal.SIGKILL)
@@ -103,22 +134,11 @@ def test_killed_worker_raises_instead_of_hanging():
 def test_close_stops_every_worker():
     local = config(3)
     probe, _ = fake_sample(local, FakeDB(), 0)
-    data = Prefetcher(FakeDB, fake_sample, local, probe, workers=3, data_aug=True,
-                      stream="train")
+    data = Prefetcher(FakeDB, fake_sample, local, probe, share=deal(local, 0, 1), workers=3,
+                      data_aug=True, stream="train")
     data.get()
     data.close()
     assert [proc.exitcode is not None for proc in data.procs] == [True] * 3
-
-
-def test_chunks_are_dealt_to_ranks_in_order():
-    system = config(8, chunk_sizes=[2, 2, 1, 3])
-    assert rank_config(system, 0, 2).chunk_sizes == [2, 2]
-    assert rank_config(system, 1, 2).chunk_sizes == [1, 3]
-    assert rank_config(system, 1, 2).batch_size == 4
-    with pytest.raises(ConfigError, match="chunk_sizes"):
-        rank_config(config(8, chunk_sizes=[3, 2, 1, 2]), 0, 2)
-    with pytest.raises(ConfigError, match="multiple of 3"):
-        rank_config(config(8), 0, 3)
 
 
 def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_path, coco128):
@@ -142,10 +162,53 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
     sample = data_sampling_func["cornernet"]
     probe, _ = sample(system, make_db(), 0)
     skipped = []
-    with Prefetcher(make_db, sample, system, probe, workers=1, data_aug=True,
-                    stream="train") as data:
+    with Prefetcher(make_db, sample, system, probe, share=deal(system, 0, 1), workers=1,
+                    data_aug=True, stream="train") as data:
         for _ in range(96):  # one epoch of the 96 training images
             batch, meta = data.get()
             skipped += meta["skipped"]
             assert batch["image"].shape == (1, 128, 128, 3)
     assert skipped == [str(broken)]
+
+
+def test_a_worker_exits_soon_after_its_trainer_dies():
+    """The worker's parent is the fork server, which outlives a killed trainer: the worker
+    must watch the trainer itself."""
+    import subprocess
+    import sys
+
+    from _train_helpers import REPO, alive, children
+
+    script = (
+        "import sys, time; sys.path.insert(0, 'tests')\n"
+        "from _fake_data import FakeDB, fake_sample\n"
+        "from core.chunks import deal\n"
+        "from core.config import SystemConfig\n"
+        "from core.prefetch import Prefetcher\n"
+        "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
+        "probe, _ = fake_sample(system, FakeDB(), 0)\n"
+        "data = Prefetcher(FakeDB, fake_sample, system, probe, share=deal(system, 0, 1),\n"
+        "                  workers=2, data_aug=True, stream='train')\n"
+        "data.get()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        family = children(proc.pid)
+        assert len(family) >= 3  # fork server and two workers at least
+    finally:
+        proc.kill()
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while alive(family) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(family), f"left behind: {sorted(alive(family))}"
+
+
+def test_process_identity_tells_a_live_process_from_a_gone_one():
+    me = process_identity(os.getpid())
+    assert is_alive(me)
+    assert not is_alive((me[0], "1"))  # same pid, another start time: a reused pid
+    assert not is_alive(process_identity(2 ** 22 + 1))
