@@ -49,7 +49,10 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "seed": (123, (int,), False),
     "nonfinite_loss": ("stop", (str,), False),
     "strict_images": (False, (bool,), False),
-    "amp": (False, (bool,), False),
+    "amp": (None, (str,), True),
+    "sync_bn": (False, (bool,), False),
+    "channels_last": (False, (bool,), False),
+    "compile": (False, (bool,), False),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -68,6 +71,7 @@ _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate"
 _CHOICES = {
     "opt_algo": ("adam", "sgd"),
     "nonfinite_loss": ("stop", "skip"),
+    "amp": ("bf16", "fp16"),
 }
 
 # Keys that the original's configs carry but its code never read. Accepting them silently would
@@ -162,12 +166,14 @@ def _check(section: str, schema: dict, new: dict, where: str) -> dict:
         ok = (value is None and nullable) or (
             isinstance(value, types) and not (isinstance(value, bool) and bool not in types))
         if not ok:
+            hint = (f"; valid: {', '.join(_CHOICES[key])} or null"
+                    if key in _CHOICES and nullable else "")
             raise ConfigError(
                 f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
-                f"{type(value).__name__} {value!r}")
+                f"{type(value).__name__} {value!r}{hint}")
         if key in _POSITIVE and value <= 0:
             raise ConfigError(f"{where}: {section}.{key} must be greater than 0, got {value}")
-        if key in _CHOICES and value not in _CHOICES[key]:
+        if key in _CHOICES and value is not None and value not in _CHOICES[key]:
             raise ConfigError(f"{where}: {section}.{key} is '{value}'; valid: "
                               f"{', '.join(_CHOICES[key])}")
     return dict(new)

@@ -11,9 +11,11 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..chunks import Deal
 from ..config import ConfigError, lookup
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
+from .running_stats import RunningStatsMerge
 
 # Model modules by name: `system.model`, or the config name, selects one of these.
 MODELS = {name: f"core.models.{name}" for name in (
@@ -63,38 +65,73 @@ def write_atomic(obj: Any, path: Path) -> None:
         os.close(directory)
 
 
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_runtime(system_config: Any, device: torch.device) -> None:
+    """Settings this device cannot run: a ConfigError before anything starts."""
+    if device.type != "cuda" and system_config.amp == "fp16":
+        raise ConfigError("system.amp \"fp16\" needs a GPU (float16 autocast with a gradient "
+                          "scaler); use \"bf16\" or null on the CPU")
+    if device.type != "cuda" and system_config.sync_bn:
+        raise ConfigError("system.sync_bn needs GPUs: torch runs SyncBatchNorm only on "
+                          "accelerators; set it to false for a CPU run")
+
+
 class NetworkFactory:
     """Model + loss + optimizer of one process.
 
     Args:
-        system_config: the resolved SystemConfig (optimizer, snapshot paths, amp).
+        system_config: the resolved SystemConfig (optimizer, snapshot paths, amp, sync_bn,
+            channels_last, compile).
         db: a dataset object; its `configs` give the class count and the target rules.
         device: where to run; CUDA when available, else CPU, unless given.
         distributed: wrap the model in DistributedDataParallel (process group already set up).
-        chunks: this process's chunk sizes (see `_forward_loss`); None is one chunk.
+        share: this process's chunks of the global batch (`core.chunks.deal`); None is one
+            process running the whole batch as one chunk.
     """
 
     def __init__(self, system_config: Any, db: Any, device: torch.device | str | None = None,
-                 distributed: bool = False, chunks: list[int] | None = None) -> None:
+                 distributed: bool = False, share: Deal | None = None) -> None:
         self.system_config = system_config
         self.db_configs = db.configs
         self.categories = db.configs["categories"]
         self.device = torch.device(device) if device is not None else default_device()
-        self.model = build_model(system_config, self.categories).to(self.device)
-        self.loss = self.model.loss
+        check_runtime(system_config, self.device)
+        self.share = share
         self.distributed = distributed
+        model = build_model(system_config, self.categories)
+        # SyncBatchNorm makes one forward of the whole local batch per rank necessary: its
+        # collectives must match across ranks whose chunk counts differ.
+        self.one_forward = bool(system_config.sync_bn and distributed and share and share.world > 1)
+        if self.one_forward:
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        self._memory_format = (torch.channels_last if system_config.channels_last
+                               else torch.contiguous_format)
+        self.model = model.to(self.device, memory_format=self._memory_format)
+        self.loss = self.model.loss
         self.network: nn.Module = self.model
+        self._ddp: nn.parallel.DistributedDataParallel | None = None
+        self._merge: RunningStatsMerge | None = None
         if distributed:
             ids = [self.device.index] if self.device.type == "cuda" else None
-            self.network = nn.parallel.DistributedDataParallel(self.model, device_ids=ids)
+            # Buffers are merged after each step (RunningStatsMerge), not broadcast from rank 0.
+            self._ddp = nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
+                                                            forward_sync_buffers=False)
+            self.network = self._ddp
+            if not self.one_forward and share is not None:
+                self._merge = RunningStatsMerge(self.model, share)
+        if system_config.compile:
+            self.network = torch.compile(self.network)
         params = [p for p in self.model.parameters() if p.requires_grad]
         lr, decay = system_config.learning_rate, system_config.weight_decay
         if system_config.opt_algo == "adam":
             self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=decay)
         else:
             self.optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=decay)
-        self._amp = system_config.amp and self.device.type == "cuda"
-        self.chunks = chunks
+        self._amp = AMP_DTYPES.get(system_config.amp)
+        self.scaler = torch.amp.GradScaler(self.device.type,
+                                           enabled=system_config.amp == "fp16")
 
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
@@ -108,74 +145,108 @@ class NetworkFactory:
             group["lr"] = lr
 
     # ------------------------------------------------------------------------------ steps
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=self._amp or torch.float32,
+                              enabled=self._amp is not None)
+
+    def _image(self, chunk: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(B, 3, H, W) float32 normalised image, in the model's memory format."""
+        image = normalize_image(chunk["image"], chunk["color"])
+        return image.contiguous(memory_format=self._memory_format)
+
     def _chunk_loss(self, chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Render the targets and normalise the image on the device, run model and loss."""
-        image = normalize_image(chunk["image"], chunk["color"])
         targets = render_targets(chunk, self.db_configs, self.categories)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._amp):
-            outs = self.network(image)
+        with self._autocast():
+            outs = self.network(self._image(chunk))
         return self.loss(outs, targets)
 
-    def _chunks(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """The batch on the device, split into this process's chunks.
+    def _whole_batch_losses(self, batch: dict[str, torch.Tensor],
+                            chunks: list[dict[str, torch.Tensor]]) -> list[tuple]:
+        """One forward of the whole local batch, then the loss of each chunk of its outputs."""
+        with self._autocast():
+            outs = self.network(self._image(batch))
+        sizes = [len(chunk["image"]) for chunk in chunks]
+        return [self.loss(part, render_targets(chunk, self.db_configs, self.categories))
+                for part, chunk in zip(_split_outputs(outs, sizes), chunks)]
 
-        The loss of a batch is the mean of its chunks' losses, as the original's DataParallel
-        computed it per GPU: the losses normalise over their own batch, so this is what makes
-        one process with chunks [b, b] equal two processes with b each.
-        """
-        batch = {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
-        sizes = self.chunks or [len(batch["image"])]
+    def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
+
+    def _chunks(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        """This process's chunks of a batch already on the device."""
+        sizes = self.share.mine if self.share else [len(batch["image"])]
         if len(sizes) == 1:
             return [batch]
         parts = {key: torch.split(value, sizes) for key, value in batch.items()}
         return [{key: parts[key][i] for key in batch} for i in range(len(sizes))]
 
-    def _all_finite(self, loss: torch.Tensor) -> bool:
-        """Whether every rank's loss is finite: ranks must agree to skip or stop together."""
-        finite = torch.isfinite(loss).to(torch.int32)
+    def _global_mean(self, losses: list[tuple[torch.Tensor, dict]]) -> tuple[torch.Tensor, dict]:
+        """The mean over every chunk of the global batch of the loss and of each term.
+
+        The same number on every rank (one all-reduce), and the one a single process running
+        every chunk would print. Non-finite on one rank makes it non-finite everywhere.
+        """
+        keys = list(losses[0][1])
+        local = torch.stack([sum(loss.detach().float() for loss, _ in losses)]
+                            + [sum(terms[key].float() for _, terms in losses) for key in keys])
+        chunks = len(self.share.sizes) if self.share else len(losses)
         if self.distributed:
-            torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
-        return bool(finite.item())
+            torch.distributed.all_reduce(local)
+        mean = local / chunks
+        return mean[0], dict(zip(keys, mean[1:]))
 
     def train(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """One optimisation step. Returns (loss, terms), both detached.
+        """One optimisation step. Returns (loss, terms): means over every chunk of the global
+        batch, detached, equal on every rank.
 
-        Each chunk's graph is freed by its own backward (gradients accumulate; DDP reduces them
-        once, with the last chunk). A non-finite loss raises NonFiniteLoss before the
-        parameters are touched.
+        Each chunk's loss is scaled by `share.loss_weight` before its backward, so that DDP's
+        averaged gradient is that of the mean over all chunks. Without SyncBN, each chunk's graph
+        is freed by its own backward (gradients accumulate; DDP reduces them once, with the last
+        chunk). A non-finite loss raises NonFiniteLoss before the parameters are touched.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        batch = self._to_device(batch)
         chunks = self._chunks(batch)
-        loss, terms = torch.zeros((), device=self.device), {}
-        for i, chunk in enumerate(chunks):
-            last = i == len(chunks) - 1
-            sync = contextlib.nullcontext() if last or not self.distributed \
-                else self.network.no_sync()
-            with sync:
-                part, parts = self._chunk_loss(chunk)
-                (part / len(chunks)).backward()
-            loss += part.detach() / len(chunks)
-            for key, value in parts.items():
-                terms[key] = terms.get(key, 0) + value / len(chunks)
-        if not self._all_finite(loss):
+        weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
+        if self._merge is not None:
+            self._merge.begin()
+        if self.one_forward:
+            losses = self._whole_batch_losses(batch, chunks)
+            self.scaler.scale(sum(loss for loss, _ in losses) * weight).backward()
+        else:
+            losses = []
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                sync = contextlib.nullcontext() if last or self._ddp is None \
+                    else self._ddp.no_sync()
+                with sync:
+                    loss, terms = self._chunk_loss(chunk)
+                    self.scaler.scale(loss * weight).backward()
+                losses.append((loss.detach(), terms))
+        if self._merge is not None:
+            self._merge.finish()
+        loss, terms = self._global_mean(losses)
+        if not bool(torch.isfinite(loss)):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         return loss, terms
 
     @torch.no_grad()
     def validate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """The loss of a batch (mean over chunks) without updating anything."""
-        results = [self._chunk_loss(chunk) for chunk in self._chunks(batch)]
-        loss = sum(part for part, _ in results) / len(results)
-        terms = {key: sum(parts[key] for _, parts in results) / len(results)
-                 for key in results[0][1]}
-        return loss, terms
+        """The loss of a batch (mean over every chunk of the global batch), updating nothing."""
+        batch = self._to_device(batch)
+        chunks = self._chunks(batch)
+        if self.one_forward:
+            return self._global_mean(self._whole_batch_losses(batch, chunks))
+        return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
 
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
         """The model's test path: `model(image, test=True, **kwargs)` on this device."""
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self._amp):
+        with self._autocast():
             return self.model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
@@ -192,6 +263,8 @@ class NetworkFactory:
         }
         if self.device.type == "cuda":
             snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.scaler.is_enabled():
+            snapshot["scaler"] = self.scaler.state_dict()
         path = self.system_config.snapshot_file(iteration)
         write_atomic(snapshot, path)
         return path
@@ -199,8 +272,8 @@ class NetworkFactory:
     def load_params(self, iteration: int, model_only: bool = False) -> dict:
         """Load snapshot `iteration` (ours, or an official plain state dict).
 
-        Restores model, optimizer and RNG states (only the model with `model_only`, for
-        inference); returns the whole snapshot dict.
+        Restores model, optimizer, gradient scaler (fp16) and RNG states (only the model with
+        `model_only`, for inference); returns the whole snapshot dict.
         """
         path = self.system_config.snapshot_file(iteration)
         if not path.is_file():
@@ -215,6 +288,8 @@ class NetworkFactory:
         if model_only:
             return snapshot
         self.optimizer.load_state_dict(snapshot["optimizer"])
+        if self.scaler.is_enabled() and snapshot.get("scaler"):
+            self.scaler.load_state_dict(snapshot["scaler"])
         torch.set_rng_state(snapshot["rng"]["torch"])
         if "cuda" in snapshot["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(snapshot["rng"]["cuda"], self.device)
@@ -258,3 +333,12 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
+
+
+def _split_outputs(outs: Any, sizes: list[int]) -> list[Any]:
+    """A model's outputs (tensors in nested lists, batch first) cut along the batch into
+    `sizes`: one output structure per chunk."""
+    if isinstance(outs, torch.Tensor):
+        return list(torch.split(outs, sizes))
+    parts = [_split_outputs(item, sizes) for item in outs]
+    return [[part[i] for part in parts] for i in range(len(sizes))]
