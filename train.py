@@ -10,25 +10,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
 import pprint
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from core.chunks import deal, rank_config
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup
 from core.dbs import DatasetError, datasets
-from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
-from core.prefetch import Prefetcher, Stopped, WorkerError, rank_config
+from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime, default_device
+from core.prefetch import Prefetcher, Stopped, WorkerError
 from core.sample import data_sampling_func
 from core.utils import dist as dist_utils
+from core.utils import launch
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dist-backend", default=None, type=str,
                         help="nccl with GPUs, gloo without (the default follows the machine)")
     parser.add_argument("--procs-per-node", default=None, type=int,
-                        help="processes per node without GPUs (default 1); one per GPU otherwise")
+                        help="training processes per node (default: one per GPU, or 1 without "
+                             "GPUs)")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
@@ -63,12 +66,12 @@ def learning_rate_at(iteration: int, system_config) -> float:
 
 
 class StopRequest:
-    """SIGTERM or a first Ctrl-C asks the loop to stop after the current iteration."""
+    """SIGTERM, SIGHUP or a first Ctrl-C asks the loop to stop after the current iteration."""
 
     def __init__(self) -> None:
         self.signum = 0
-        signal.signal(signal.SIGTERM, self._handle)
-        signal.signal(signal.SIGINT, self._handle)
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, self._handle)
 
     def _handle(self, signum: int, frame) -> None:
         if self.signum == signal.SIGINT and signum == signal.SIGINT:
@@ -89,7 +92,7 @@ def agree(flag: bool, distributed: bool, device: torch.device) -> bool:
 
 
 def train(args, system_config, db_config: dict, rank: int, world: int, device,
-          distributed: bool) -> int:
+          distributed: bool, watch=None) -> int:
     """Build everything for this rank and run the loop; returns the exit status."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     stop = StopRequest()
@@ -100,18 +103,22 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     make_val_db = functools.partial(dataset, db_config, split=system_config.val_split,
                                     sys_config=system_config)
     training_db = make_train_db()
-    local = rank_config(system_config, rank, world)
+    share = deal(system_config, rank, world)
+    local = rank_config(system_config, share)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
-                          chunks=local.chunk_sizes)
+                          share=share)
     log("system config:\n" + pprint.pformat(system_config.full))
     log("db config:\n" + pprint.pformat(training_db.configs))
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
-        f"processes: {world}, batch per process: {local.batch_size}")
+        f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
+        f"rank 0 runs {share.mine}")
+    if share.note:
+        log(f"note: {share.note}")
 
     def state(iteration: int) -> dict:
         return {"data": {"next_batch": iteration, "world_size": world,
-                         "batch_size": system_config.batch_size}}
+                         "batch_size": system_config.batch_size, "chunks": list(share.sizes)}}
 
     if args.initialize:
         if rank == 0:
@@ -119,10 +126,11 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
         return 0
     start = args.start_iter
     if start:
-        snapshot = nnet.load_params(start)
-        if snapshot.get("data", {}).get("world_size", world) != world:
-            log(f"note: snapshot {start} was trained with another process count: the data "
-                f"stream after it differs from an uninterrupted run")
+        before = nnet.load_params(start).get("data", {}).get("chunks", list(share.sizes))
+        if before != list(share.sizes):
+            log(f"note: snapshot {start} was trained with the chunks {before}, this run uses "
+                f"{list(share.sizes)}: the data and the objective after it differ from an "
+                f"uninterrupted run")
         log(f"continuing from snapshot {start}")
     elif system_config.pretrain:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
@@ -130,7 +138,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     # One batch built here sizes the shared ring and surfaces data errors before forking.
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe, _ = sample(local, training_db, 0, data_aug=True)
-    common = {"rank": rank, "world": world, "device": nnet.device}
+    common = {"share": share, "device": nnet.device}
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
@@ -138,13 +146,13 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     iteration = start
     with contextlib.ExitStack() as stack:
         train_data = stack.enter_context(Prefetcher(
-            make_train_db, sample, local, probe, workers=args.workers, data_aug=True,
+            make_train_db, sample, system_config, probe, workers=args.workers, data_aug=True,
             stream="train", start=start, **common))
         val_data = None
         if val_iter:
             val_data = stack.enter_context(Prefetcher(
-                make_val_db, sample, local, probe, workers=1, data_aug=False, stream="val",
-                start=start // val_iter, **common))
+                make_val_db, sample, system_config, probe, workers=1, data_aug=False,
+                stream="val", start=start // val_iter, **common))
         nnet.train_mode()
         waited, began = 0.0, time.perf_counter()
         bar = tqdm(range(start + 1, system_config.max_iter + 1), disable=rank != 0,
@@ -162,17 +170,19 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                     loss, terms = nnet.train(batch)
                 except NonFiniteLoss as err:
                     if system_config.nonfinite_loss == "stop":
+                        err.iteration = it
                         raise
                     log(f"iteration {it}: non-finite loss ({err}); step skipped")
                     loss = None
                 iteration = it
-                share = waited / (time.perf_counter() - began)
+                share_waited = waited / (time.perf_counter() - began)
                 if loss is not None:
-                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}", wait=f"{share:.0%}")
+                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}",
+                                    wait=f"{share_waited:.0%}")
                     if system_config.display and it % system_config.display == 0:
                         parts = ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
                         log(f"iteration {it}: loss {loss.item():.8g} ({parts}), lr {lr:.3g}, "
-                            f"waiting for data {share:.1%}")
+                            f"waiting for data {share_waited:.1%}")
                 if val_data is not None and it % val_iter == 0:
                     nnet.eval_mode()
                     val_batch, _ = val_data.get(wait_stop)
@@ -186,94 +196,107 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                         nnet.save_params(it, state(it))
                 if agree(stop(), distributed, nnet.device):
                     raise Stopped()
-        except NonFiniteLoss as err:
-            bar.close()
-            print(f"iteration {iteration + 1}: the loss is not finite ({err}); stopping. "
-                  f"Lower system.learning_rate, check the data, or set "
-                  f"system.nonfinite_loss to \"skip\".", file=sys.stderr, flush=True)
-            return 1
         except Stopped:
             bar.close()
+            if watch is not None:
+                watch.close()
             if rank == 0 and iteration > start:
                 path = nnet.save_params(iteration, state(iteration))
                 log(f"stopped by signal after iteration {iteration}; snapshot {path}")
             return 128 + (stop.signum or signal.SIGTERM)
-        except WorkerError as err:
-            bar.close()
-            print(f"training stopped at iteration {iteration + 1}: {err}", file=sys.stderr,
-                  flush=True)
-            return 1
         bar.close()
+        if watch is not None:
+            watch.close()
         log(f"done: {system_config.max_iter} iterations, waiting for data "
             f"{waited / (time.perf_counter() - began):.1%} of the time")
     return 0
 
 
-def run(local_rank: int, procs: int, args) -> int:
-    """One training process: join the group if distributed, then train."""
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    device, rank, world = args.device, 0, 1
-    distributed = args.distributed
-    if distributed:
-        if dist_utils.launched_by_torchrun():
-            rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-            local_rank, url = int(os.environ["LOCAL_RANK"]), "env://"
-        else:
-            rank, world, url = args.rank * procs + local_rank, args.world_size * procs, args.dist_url
-        device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+def describe(err: BaseException) -> tuple[int, str]:
+    """(exit status, message) for an error that ended a training process.
+
+    A user's mistake is one line (status 2); a failure at run time names the exception, and
+    where it is not self-explanatory the traceback follows (status 1).
+    """
+    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError)):
+        return 2, str(err)
+    if isinstance(err, NonFiniteLoss):
+        return 1, (f"iteration {getattr(err, 'iteration', '?')}: the loss is not finite ({err}); "
+                   f"stopping. Lower system.learning_rate, check the data, or set "
+                   f"system.nonfinite_loss to \"skip\".")
+    if isinstance(err, WorkerError):
+        return 1, f"training stopped: {err}"
+    trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+    if isinstance(err, dist.DistError):
+        return 1, (f"lost contact with another process of the run (it failed or was killed): "
+                   f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}\n"
+                   f"{trace}")
+    return 1, f"{type(err).__name__}: {err}\n{trace}"
+
+
+def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = None) -> int:
+    """One training process: join the group if distributed, train, report a failure.
+
+    `say` receives the failure report (the launcher shows one report for the whole run);
+    without it the report is printed.
+    """
+    say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
+    rank, world, distributed, watch = 0, 1, args.distributed, None
     try:
-        return train(args, system_config, db_config, rank, world, device, distributed)
+        system_config, db_config = load_config(args.cfg_file, args.config_dir)
+        device = args.device
+        if distributed:
+            rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
+            device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+            watch = dist_utils.watch_peers(url, rank, world, say)
+        return train(args, system_config, db_config, rank, world, device, distributed, watch)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
+        return 128 + signal.SIGINT
+    except Exception as err:  # noqa: BLE001 - every failure becomes one report
+        status, text = describe(err)
+        cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
+        if cause:  # a peer failed first and said why: that is the story, not the broken pipe
+            text = f"stopping because {cause}"
+        say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
+        if watch is not None:
+            watch.report(text)
+        return status
     finally:
+        if watch is not None:
+            watch.close()
         dist_utils.cleanup()
 
 
-def _spawned(local_rank: int, procs: int, args) -> None:
-    status = run(local_rank, procs, args)
-    if status:
-        sys.exit(status)
+def preflight(args, procs: int) -> None:
+    """Find config and data mistakes before any process starts: the settings, the deal of the
+    batch to every process, what the device can run, and the training split."""
+    system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    world = max(args.world_size, 1) * procs
+    for rank in range(world):
+        deal(system_config, rank, world)
+    check_runtime(system_config, torch.device(args.device) if args.device else default_device())
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    dataset(db_config, split=system_config.train_split, sys_config=system_config)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        load_config(args.cfg_file, args.config_dir)  # config errors before any process starts
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     if not args.distributed or dist_utils.launched_by_torchrun():
-        try:
-            return run(0, 1, args)
-        except (ConfigError, DatasetError, FileNotFoundError) as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-    if args.world_size < 1:
-        print("error: --distributed needs --world-size (the number of nodes)", file=sys.stderr)
-        return 2
-    procs = dist_utils.procs_per_node(args.procs_per_node)
-    if args.dist_url is None:
-        if args.world_size > 1:
-            print("error: --dist-url is needed with more than one node", file=sys.stderr)
-            return 2
-        args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
-    context = mp.start_processes(_spawned, args=(procs, args), nprocs=procs, join=False,
-                                 start_method="spawn")
-
-    def forward(signum: int, frame) -> None:
-        for proc in context.processes:
-            if proc.is_alive():
-                os.kill(proc.pid, signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    # Ctrl-C already reaches every rank through the process group; forwarding it again would
-    # count as a second Ctrl-C there and skip the final snapshot.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return run(0, 1, args)
     try:
-        while not context.join():
-            pass
-    except mp.ProcessExitedException as err:
+        if args.world_size < 1:
+            raise ConfigError("--distributed needs --world-size (the number of nodes)")
+        procs = dist_utils.procs_per_node(args.procs_per_node)
+        if args.dist_url is None:
+            if args.world_size > 1:
+                raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "
+                                  "one node")
+            args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
+        preflight(args, procs)
+    except (ConfigError, DatasetError) as err:
         print(f"error: {err}", file=sys.stderr)
-        return err.exit_code if err.exit_code and err.exit_code > 0 else 1
-    return 0
+        return 2
+    return launch.spawn(run, procs, args, first_rank=args.rank * procs)
 
 
 if __name__ == "__main__":

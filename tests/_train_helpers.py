@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path | None = None,
-                 annotations: dict | None = None, **system) -> Path:
+                 annotations: dict | None = None, db: dict | None = None, **system) -> Path:
     """A CornerNet_Tiny config on coco128 whose every path lies under `tmp`; returns its folder."""
     images = images or coco128 / "images"
     annotations = annotations or {
@@ -39,7 +39,7 @@ def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path |
             "rand_scales": None, "rand_crop": True, "rand_color": True, "border": 32,
             "gaussian_bump": True, "gaussian_iou": 0.3, "max_objects": 32,
             "image_dirs": {"train": str(images), "val": str(images)},
-            "annotation_files": annotations,
+            "annotation_files": annotations, **(db or {}),
         },
     }
     folder = tmp / "configs"
@@ -54,10 +54,24 @@ def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str) -> list[str]
 
 
 def run_train(config_dir: Path, *extra: str, name: str = "Tiny128",
-              timeout: float = 240) -> subprocess.CompletedProcess:
+              timeout: float = 240, cmd: list[str] | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(train_cmd(config_dir, name, *extra), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO, env=env, check=False)
+    return subprocess.run(cmd or train_cmd(config_dir, name, *extra), capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, env=env, check=False)
+
+
+def torchrun_cmd(config_dir: Path, procs: int, *extra: str, name: str = "Tiny128") -> list[str]:
+    """torchrun (as `python -m torch.distributed.run`) starting train.py on this machine."""
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={procs}", *train_cmd(config_dir, name, "--distributed",
+                                                     *extra)[1:]]
+
+
+def node_cmd(config_dir: Path, node: int, port: int, *extra: str,
+             name: str = "Tiny128") -> list[str]:
+    """One of two nodes on localhost: train.py --distributed --world-size 2 --rank <node>."""
+    return train_cmd(config_dir, name, "--distributed", "--world-size", "2", "--rank",
+                     str(node), "--dist-url", f"tcp://127.0.0.1:{port}", *extra)
 
 
 def losses(output: str) -> dict[int, str]:
@@ -112,10 +126,11 @@ def cmdline(pid: int) -> str:
 class Training:
     """train.py in the background, with its output collected line by line."""
 
-    def __init__(self, config_dir: Path, *extra: str, name: str = "Tiny128") -> None:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(train_cmd(config_dir, name, *extra), cwd=REPO, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    def __init__(self, config_dir: Path, *extra: str, name: str = "Tiny128",
+                 cmd: list[str] | None = None, env: dict | None = None) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = subprocess.Popen(cmd or train_cmd(config_dir, name, *extra), cwd=REPO,
+                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: list[str] = []
         self.seen: set[int] = set()
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from datetime import timedelta
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+from ..config import ConfigError
+from .peers import PeerWatch, store_address
 
 
 def free_port() -> int:
@@ -22,14 +27,44 @@ def launched_by_torchrun() -> bool:
 
 
 def procs_per_node(requested: int | None) -> int:
-    """One process per GPU; without GPUs, `requested` CPU processes (default 1).
+    """`requested` processes, by default one per GPU, or 1 without GPUs.
 
     One CPU process already uses every core through intra-op threads, so more processes on
     one machine only split the cores; the option exists for testing and for multi-socket hosts.
     """
-    if torch.cuda.is_available():
-        return torch.cuda.device_count()
-    return requested or 1
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if requested is not None and requested < 1:
+        raise ConfigError(f"--procs-per-node must be at least 1, got {requested}")
+    if gpus and requested and requested > gpus:
+        raise ConfigError(f"--procs-per-node {requested}: this machine has {gpus} GPUs; one "
+                          f"process per GPU at most")
+    return requested or gpus or 1
+
+
+def placement(args: Any, local_rank: int, procs: int) -> tuple[int, int, int, str]:
+    """(rank, world size, local rank, init url) of this process, under torchrun or ours."""
+    if launched_by_torchrun():
+        return (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]),
+                int(os.environ["LOCAL_RANK"]), "env://")
+    return args.rank * procs + local_rank, args.world_size * procs, local_rank, args.dist_url
+
+
+def watch_peers(url: str, rank: int, world: int,
+                say: Callable[[str], None]) -> PeerWatch | None:
+    """A PeerWatch on the run's rendezvous store; None (said once) when the url names none."""
+    address = store_address(url)
+    if address is None:
+        if rank == 0:
+            print(f"note: {url} is not tcp:// or env://: a failed rank is noticed only by the "
+                  f"process group's timeout", file=sys.stderr)
+        return None
+
+    def leave(reason: str) -> None:
+        print(flush=True)  # end the progress bar's line: the process ends without closing it
+        say(f"error: {reason}")
+        os._exit(1)
+
+    return PeerWatch(address, rank, world, leave)
 
 
 def init(backend: str | None, url: str, world_size: int, rank: int, local_rank: int) -> torch.device:

@@ -1,0 +1,95 @@
+"""Start the training processes of one node and end them together.
+
+`spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
+processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
+printed, so that exactly one report is shown, the cause's, however many ranks fail after it.
+
+- When a process fails (a non-zero exit other than a requested stop, or death by a signal),
+  every other process is killed at once and the cause is printed: its first line names the rank
+  and the exception, the traceback follows. The cause is a process that died by a signal, else
+  the first report to arrive (ranks that fail because a peer went away report after it).
+- SIGTERM and SIGHUP are forwarded to every process, which stop after the current iteration and
+  write a snapshot; a stopped process exits with 128 + the signal and is waited for, not killed.
+- Ctrl-C already reaches every process of the terminal's process group, so it is not forwarded
+  (a forwarded copy would count there as a second Ctrl-C and skip the snapshot).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import multiprocessing.connection
+import os
+import signal
+import sys
+from typing import Any, Callable
+
+STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
+
+
+def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
+           reports: Any) -> None:
+    status = target(local_rank, procs, args, lambda text: reports.put((local_rank, text)))
+    sys.stdout.flush()
+    sys.exit(status)
+
+
+def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0) -> int:
+    """Run `procs` processes of `target`; returns the exit status of the whole.
+
+    `first_rank` is the global rank of local process 0 (node rank * procs), for the messages.
+    """
+    ctx = mp.get_context("spawn")
+    reports = ctx.SimpleQueue()
+    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports),
+                             name=f"rank-{rank}") for rank in range(procs)]
+    for proc in processes:
+        proc.start()
+
+    def forward(signum: int, frame: object) -> None:
+        for proc in processes:
+            if proc.is_alive():
+                os.kill(proc.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    received: list[tuple[int, str]] = []
+    try:
+        while any(proc.exitcode is None for proc in processes):
+            multiprocessing.connection.wait([p.sentinel for p in processes] + [reports._reader],
+                                            timeout=1.0)
+            while not reports.empty():
+                received.append(reports.get())
+            failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]
+            if failed:
+                for proc in processes:
+                    if proc.exitcode is None:
+                        proc.kill()
+                for proc in processes:
+                    proc.join()
+                while not reports.empty():
+                    received.append(reports.get())
+                print(flush=True)  # a killed rank 0 leaves its progress bar's line open
+                print(_cause(processes, failed, received, first_rank), file=sys.stderr,
+                      flush=True)
+                code = failed[0].exitcode
+                return code if code and code > 0 else 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max((p.exitcode for p in processes), default=0)
+
+
+def _cause(processes: list, failed: list, received: list[tuple[int, str]],
+           first_rank: int) -> str:
+    """The report of the process that failed first, as the lines to print."""
+    for proc in failed:
+        if proc.exitcode < 0:
+            rank = first_rank + processes.index(proc)
+            return (f"error: rank {rank} (pid {proc.pid}) was killed by "
+                    f"{signal.Signals(-proc.exitcode).name}; every other process was stopped")
+    if received:
+        rank, text = received[0]
+        return text if text.startswith("error:") else f"error: rank {first_rank + rank}: {text}"
+    proc = failed[0]
+    return (f"error: rank {first_rank + processes.index(proc)} (pid {proc.pid}) exited with status "
+            f"{proc.exitcode} without a report")
