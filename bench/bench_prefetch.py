@@ -26,9 +26,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from core.chunks import deal, rank_config
 from core.config import load_config
 from core.dbs import datasets
-from core.prefetch import Prefetcher, rank_config
+from core.prefetch import Prefetcher
 from core.sample import data_sampling_func
 
 COCO128 = REPO.parent / "shared" / "data" / "coco128"
@@ -44,11 +45,12 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     make_db = functools.partial(datasets["COCO"], db_config, split="all",
                                 sys_config=system_config)
     sample = data_sampling_func[system_config.sampling_function]
-    local = rank_config(system_config, 0, 1)
+    share = deal(system_config, 0, 1)
+    local = rank_config(system_config, share)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     probe, _ = sample(local, db, 0, data_aug=True)
-    with Prefetcher(make_db, sample, local, probe, workers=workers, data_aug=True,
+    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers, data_aug=True,
                     stream="train") as data:
         for _ in range(4):
             data.get()
