@@ -16,6 +16,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import numpy as np
@@ -23,22 +24,44 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
+from core import snapshots
 from core.chunks import deal, rank_config
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup
 from core.dbs import DatasetError, datasets
+from core.evaluation import Evaluator
+from core.metrics import (
+    EVAL_KEYS,
+    DataCounts,
+    Throughput,
+    display_line,
+    due,
+    open_metrics,
+    training_values,
+)
 from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime, default_device
 from core.prefetch import Prefetcher, Stopped, WorkerError
 from core.sample import data_sampling_func
+from core.schedule import learning_rate_at
+from core.steps import TrainStep, validate
+from core.stop import StopRequest, agree
 from core.utils import dist as dist_utils
 from core.utils import launch
+
+
+def iteration_arg(text: str) -> str:
+    """--iter: a snapshot iteration (>= 0) or 'latest'."""
+    if text != "latest" and not (text.isdigit()):
+        raise argparse.ArgumentTypeError(f"expected an iteration number or 'latest', got {text!r}")
+    return text
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train CornerNet, CornerNet-Squeeze, "
                                      "CornerNet-Saccade or CornerNet-Tiny")
     parser.add_argument("cfg_file", help="config name: configs/<cfg_file>.json")
-    parser.add_argument("--iter", dest="start_iter", default=0, type=int,
-                        help="continue from the snapshot of this iteration")
+    parser.add_argument("--iter", dest="start_iter", default="0", type=iteration_arg,
+                        help="continue from the snapshot of this iteration; 'latest': from the "
+                             "newest snapshot that loads (from scratch when there is none)")
     parser.add_argument("--workers", default=4, type=int, help="prefetch processes per rank")
     parser.add_argument("--initialize", action="store_true",
                         help="write the iteration-0 snapshot and exit")
@@ -59,52 +82,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def learning_rate_at(iteration: int, system_config) -> float:
-    """Iteration i (1-based) uses base / decay ** ((i - 1) // stepsize), as the original."""
-    steps = (iteration - 1) // system_config.stepsize
-    return system_config.learning_rate / system_config.decay_rate ** steps
-
-
-class StopRequest:
-    """SIGTERM, SIGHUP or a first Ctrl-C asks the loop to stop after the current iteration."""
-
-    def __init__(self) -> None:
-        self.signum = 0
-        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, frame) -> None:
-        if self.signum == signal.SIGINT and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now
-        self.signum = signum
-
-    def __call__(self) -> bool:
-        return self.signum != 0
-
-
-def agree(flag: bool, distributed: bool, device: torch.device) -> bool:
-    """True on every rank when it is true on any: ranks must stop at the same iteration."""
-    if not distributed:
-        return flag
-    value = torch.tensor([int(flag)], device=device)  # nccl reduces only CUDA tensors
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return bool(value.item())
-
-
-def train(args, system_config, db_config: dict, rank: int, world: int, device,
-          distributed: bool, watch=None) -> int:
-    """Build everything for this rank and run the loop; returns the exit status."""
-    log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
-    stop = StopRequest()
+def build(args, system_config, db_config: dict, rank: int, world: int, device,
+          distributed: bool, log: Callable[[str], None]) -> SimpleNamespace:
+    """This rank's share of the batch, its network (resumed or pretrained), the data sources
+    and one batch built here, which sizes the shared ring and surfaces data errors before
+    forking."""
     dataset = lookup(datasets, system_config.dataset, "dataset")
-    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
-    make_train_db = functools.partial(dataset, db_config, split=system_config.train_split,
-                                      sys_config=system_config)
-    make_val_db = functools.partial(dataset, db_config, split=system_config.val_split,
-                                    sys_config=system_config)
-    training_db = make_train_db()
+    make_db = functools.partial(dataset, db_config, sys_config=system_config)
+    training_db = make_db(split=system_config.train_split)
     share = deal(system_config, rank, world)
-    local = rank_config(system_config, share)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
                           share=share)
@@ -115,100 +101,111 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
         f"rank 0 runs {share.mine}")
     if share.note:
         log(f"note: {share.note}")
-
-    def state(iteration: int) -> dict:
-        return {"data": {"next_batch": iteration, "world_size": world,
-                         "batch_size": system_config.batch_size, "chunks": list(share.sizes)}}
-
-    if args.initialize:
-        if rank == 0:
-            log(f"initial parameters written to {nnet.save_params(0, state(0))}")
-        return 0
-    start = args.start_iter
+    if nnet.frozen:
+        log(f"frozen: {len(nnet.frozen)} parameter tensors under {system_config.freeze}")
+    start = snapshots.latest(system_config, log) if args.start_iter == "latest" \
+        else int(args.start_iter)
+    resumed = {}
     if start:
-        before = nnet.load_params(start).get("data", {}).get("chunks", list(share.sizes))
+        resumed = nnet.load_params(start)
+        before = resumed.get("data", {}).get("chunks", list(share.sizes))
         if before != list(share.sizes):
             log(f"note: snapshot {start} was trained with the chunks {before}, this run uses "
                 f"{list(share.sizes)}: the data and the objective after it differ from an "
                 f"uninterrupted run")
         log(f"continuing from snapshot {start}")
-    elif system_config.pretrain:
+    elif system_config.pretrain and not args.initialize:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
-
-    # One batch built here sizes the shared ring and surfaces data errors before forking.
+    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     training_db.set_rng(np.random.default_rng(system_config.seed))
-    probe, _ = sample(local, training_db, 0, data_aug=True)
-    common = {"share": share, "device": nnet.device}
+    probe, _ = (None, None) if args.initialize else \
+        sample(rank_config(system_config, share), training_db, 0, data_aug=True)
+    return SimpleNamespace(
+        nnet=nnet, share=share, start=start, sample=sample, probe=probe,
+        make_train_db=functools.partial(make_db, split=system_config.train_split),
+        make_val_db=functools.partial(make_db, split=system_config.val_split),
+        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")))
+
+
+def train(args, system_config, db_config: dict, rank: int, world: int, device,
+          distributed: bool, watch=None) -> int:
+    """Build everything for this rank and run the loop; returns the exit status."""
+    log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
+    stop = StopRequest()
+    job = build(args, system_config, db_config, rank, world, device, distributed, log)
+    nnet, share, start, best = job.nnet, job.share, job.start, job.best
+
+    def state(iteration: int) -> dict:
+        return {"best": best.record, "data": {
+            "next_batch": iteration, "world_size": world, "batch_size": system_config.batch_size,
+            "chunks": list(share.sizes)}}
+
+    if args.initialize:
+        if rank == 0:
+            log(f"initial parameters written to {nnet.save_params(0, state(0))}")
+        return 0
+    saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
+    evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed, log)
+    step = TrainStep(nnet, system_config.nonfinite_loss, log)
+    speed, counts = Throughput(), DataCounts(log)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
-    val_iter = system_config.val_iter
+    every = {"display": system_config.display, "val": system_config.val_iter}
+    common = {"share": share, "device": nnet.device, "sample": job.sample,
+              "system_config": system_config, "probe": job.probe}
     iteration = start
     with contextlib.ExitStack() as stack:
         train_data = stack.enter_context(Prefetcher(
-            make_train_db, sample, system_config, probe, workers=args.workers, data_aug=True,
-            stream="train", start=start, **common))
-        val_data = None
-        if val_iter:
-            val_data = stack.enter_context(Prefetcher(
-                make_val_db, sample, system_config, probe, workers=1, data_aug=False,
-                stream="val", start=start // val_iter, **common))
+            job.make_train_db, workers=args.workers, data_aug=True, stream="train",
+            start=start, **common))
+        val_data = stack.enter_context(Prefetcher(
+            job.make_val_db, workers=1, data_aug=False, stream="val",
+            start=start // every["val"], **common)) if every["val"] else None
+        bar = stack.enter_context(tqdm(range(start + 1, system_config.max_iter + 1),
+                                       disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
+        metrics = open_metrics(system_config.snapshot_dir, start, bar, log, rank == 0)
+        stack.callback(metrics.close)
         nnet.train_mode()
-        waited, began = 0.0, time.perf_counter()
-        bar = tqdm(range(start + 1, system_config.max_iter + 1), disable=rank != 0,
-                   dynamic_ncols=True, file=sys.stdout)
         try:
             for it in bar:
                 lr = learning_rate_at(it, system_config)
                 nnet.set_lr(lr)
                 t0 = time.perf_counter()
                 batch, meta = train_data.get(wait_stop)
-                waited += time.perf_counter() - t0
-                for path in meta.get("skipped", []):
-                    log(f"skipped unreadable image {path}")
-                try:
-                    loss, terms = nnet.train(batch)
-                except NonFiniteLoss as err:
-                    if system_config.nonfinite_loss == "stop":
-                        err.iteration = it
-                        raise
-                    log(f"iteration {it}: non-finite loss ({err}); step skipped")
-                    loss = None
+                speed.add(share.batch_size, time.perf_counter() - t0)
+                counts.add(meta)
+                result = step(batch, it)
                 iteration = it
-                share_waited = waited / (time.perf_counter() - began)
-                if loss is not None:
-                    bar.set_postfix(loss=f"{loss.item():.4f}", lr=f"{lr:.2e}",
-                                    wait=f"{share_waited:.0%}")
-                    if system_config.display and it % system_config.display == 0:
-                        parts = ", ".join(f"{k} {v.item():.4f}" for k, v in terms.items())
-                        log(f"iteration {it}: loss {loss.item():.8g} ({parts}), lr {lr:.3g}, "
-                            f"waiting for data {share_waited:.1%}")
-                if val_data is not None and it % val_iter == 0:
-                    nnet.eval_mode()
-                    val_batch, _ = val_data.get(wait_stop)
-                    val_loss, _ = nnet.validate(val_batch)
-                    nnet.train_mode()
-                    log(f"iteration {it}: validation loss {val_loss.item():.5f}")
-                if it % system_config.snapshot == 0 or it == system_config.max_iter:
-                    if distributed:
-                        dist_utils.check_ranks_agree(nnet.model, log)
-                    if rank == 0:
-                        nnet.save_params(it, state(it))
+                if result is not None and due(it, every["display"]):
+                    metrics.put(**training_values(*result, lr, nnet.grad_norm, nnet.device, speed,
+                                                  counts, step.skipped, speed.began))
+                    log(display_line(it, metrics.pending))
+                if val_data is not None and due(it, every["val"]):
+                    metrics.put(val_loss=validate(nnet, val_data, wait_stop))
+                    log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
+                if evaluate.due(it):
+                    found = evaluate(nnet, it)
+                    if found is not None:
+                        metrics.put(**{k: found[k] for k in EVAL_KEYS})
+                        saver.evaluated(it, found["AP"], best)
+                metrics.write(it)
+                if saver.due(it):
+                    saver.save(it)
                 if agree(stop(), distributed, nnet.device):
                     raise Stopped()
         except Stopped:
             bar.close()
-            if watch is not None:
-                watch.close()
             if rank == 0 and iteration > start:
                 path = nnet.save_params(iteration, state(iteration))
                 log(f"stopped by signal after iteration {iteration}; snapshot {path}")
-            return 128 + (stop.signum or signal.SIGTERM)
-        bar.close()
-        if watch is not None:
-            watch.close()
-        log(f"done: {system_config.max_iter} iterations, waiting for data "
-            f"{waited / (time.perf_counter() - began):.1%} of the time")
+            return stop.exit_status
+        finally:
+            if watch is not None:
+                watch.close()
+    log(f"done: {system_config.max_iter} iterations, waiting for data "
+        f"{speed.overall_wait():.1%} of the time" +
+        (f", {step.skipped} non-finite steps skipped" if step.skipped else ""))
     return 0
 
 

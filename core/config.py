@@ -53,6 +53,14 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "sync_bn": (False, (bool,), False),
     "channels_last": (False, (bool,), False),
     "compile": (False, (bool,), False),
+    # watching and steering a run
+    "eval_iter": (0, (int,), False),
+    "eval_images": (None, (int,), True),
+    "keep_snapshots": (None, (int,), True),
+    "warmup_iters": (0, (int,), False),
+    "warmup_factor": (0.001, _NUMBER, False),
+    "clip_grad_norm": (None, _NUMBER, True),
+    "freeze": (None, (list,), True),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -66,7 +74,7 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
 
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
-             "max_objects"}
+             "max_objects", "eval_images", "keep_snapshots", "clip_grad_norm", "warmup_factor"}
 
 _CHOICES = {
     "opt_algo": ("adam", "sgd"),
@@ -171,7 +179,7 @@ def _check(section: str, schema: dict, new: dict, where: str) -> dict:
             raise ConfigError(
                 f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
                 f"{type(value).__name__} {value!r}{hint}")
-        if key in _POSITIVE and value <= 0:
+        if key in _POSITIVE and value is not None and value <= 0:
             raise ConfigError(f"{where}: {section}.{key} must be greater than 0, got {value}")
         if key in _CHOICES and value is not None and value not in _CHOICES[key]:
             raise ConfigError(f"{where}: {section}.{key} is '{value}'; valid: "

@@ -15,6 +15,7 @@ from ..chunks import Deal
 from ..config import ConfigError, lookup
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
+from .freeze import freeze, frozen_norms_to_eval
 from .running_stats import RunningStatsMerge
 
 # Model modules by name: `system.model`, or the config name, selects one of these.
@@ -101,6 +102,7 @@ class NetworkFactory:
         self.share = share
         self.distributed = distributed
         model = build_model(system_config, self.categories)
+        self.frozen = freeze(model, system_config.freeze)
         # SyncBatchNorm makes one forward of the whole local batch per rank necessary: its
         # collectives must match across ranks whose chunk counts differ.
         self.one_forward = bool(system_config.sync_bn and distributed and share and share.world > 1)
@@ -123,7 +125,9 @@ class NetworkFactory:
                 self._merge = RunningStatsMerge(self.model, share)
         if system_config.compile:
             self.network = torch.compile(self.network)
-        params = [p for p in self.model.parameters() if p.requires_grad]
+        self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
+        params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
         if system_config.opt_algo == "adam":
             self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=decay)
@@ -136,6 +140,7 @@ class NetworkFactory:
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
         self.network.train()
+        frozen_norms_to_eval(self.model, self.system_config.freeze)
 
     def eval_mode(self) -> None:
         self.network.eval()
@@ -230,9 +235,21 @@ class NetworkFactory:
         if not bool(torch.isfinite(loss)):
             self.optimizer.zero_grad(set_to_none=True)
             raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
+        self.grad_norm = self._clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
         return loss, terms
+
+    def _clip_gradients(self) -> torch.Tensor:
+        """The total 2-norm of the (unscaled) gradients, before clipping; with
+        `system.clip_grad_norm` the gradients are scaled so that their norm is at most that."""
+        self.scaler.unscale_(self.optimizer)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = nn.utils.get_total_norm(grads)
+        limit = self.system_config.clip_grad_norm
+        if limit is not None:
+            nn.utils.clip_grads_with_norm_(self._params, limit, norm)
+        return norm.detach()
 
     @torch.no_grad()
     def validate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
@@ -250,8 +267,10 @@ class NetworkFactory:
             return self.model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
-    def save_params(self, iteration: int, state: dict | None = None) -> Path:
-        """Write snapshot `iteration` atomically: model, optimizer, config and `state`."""
+    def save_params(self, iteration: int, state: dict | None = None,
+                    path: Path | None = None) -> Path:
+        """Write snapshot `iteration` atomically (to its numbered file, or `path`): model,
+        optimizer, config and `state`."""
         snapshot = {
             "format": SNAPSHOT_FORMAT,
             "iteration": iteration,
@@ -265,7 +284,7 @@ class NetworkFactory:
             snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
         if self.scaler.is_enabled():
             snapshot["scaler"] = self.scaler.state_dict()
-        path = self.system_config.snapshot_file(iteration)
+        path = path or self.system_config.snapshot_file(iteration)
         write_atomic(snapshot, path)
         return path
 

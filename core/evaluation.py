@@ -1,0 +1,63 @@
+"""COCO AP during training: the test path of test.py on the validation split, split over ranks.
+
+Every `system.eval_iter` iterations (and at the last one) each rank detects on its share of the
+validation images (`system.eval_images` limits them), rank 0 gathers the detections and scores
+them with the COCO evaluator, exactly as `test.py <Cfg> --testiter <it>` would, and its results
+land where test.py puts them. The ranks do the same amount of work and meet in one gather, so
+none waits in a collective while another evaluates; only rank 0's scoring (seconds) is waited on,
+inside the next iteration's first collective.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch.distributed as dist
+
+
+class Evaluator:
+    """Runs the evaluation of one rank.
+
+    Args:
+        system_config: the run's config (eval_iter, eval_images, max_iter, result_dir, ...).
+        make_db: builds the validation split's dataset (once, on first use).
+        rank, world, distributed: this process in the run.
+        log: rank 0's log.
+    """
+
+    def __init__(self, system_config: Any, make_db: Callable[[], Any], rank: int, world: int,
+                 distributed: bool, log: Callable[[str], None]) -> None:
+        self.system_config = system_config
+        self.make_db = make_db
+        self.rank, self.world, self.distributed = rank, world, distributed
+        self.log = log
+        self._db = None
+
+    def due(self, iteration: int) -> bool:
+        every = self.system_config.eval_iter
+        return bool(every) and (iteration % every == 0
+                                or iteration == self.system_config.max_iter)
+
+    def __call__(self, nnet: Any, iteration: int) -> dict[str, float] | None:
+        """The COCO metrics of the current weights on rank 0 (None on the other ranks)."""
+        from .inference import detect, score  # TODO merge: top level
+        if self._db is None:
+            self._db = self.make_db()
+        db = self._db
+        inds = db.db_inds[:self.system_config.eval_images]
+        nnet.eval_mode()
+        try:
+            mine = detect(db, nnet, self.system_config, inds[self.rank::self.world])
+        finally:
+            nnet.train_mode()
+        found = mine
+        if self.distributed:
+            parts = [None] * self.world
+            dist.all_gather_object(parts, mine)
+            found = parts[0]
+            for part in parts[1:]:
+                found = found.merged(part)
+        if self.rank != 0:
+            return None
+        out_dir = self.system_config.result_dir / str(iteration) / self.system_config.val_split
+        return score(db, found, out_dir)

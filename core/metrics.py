@@ -1,0 +1,236 @@
+"""Metrics of a training run: values are put once per iteration and written by writers.
+
+The loop puts values (loss terms, learning rate, throughput, validation AP, ...) as they are
+made; at the end of the iteration `Metrics.write` hands whatever was put to every writer: a JSON
+lines file (`metrics.jsonl`, one object a line with its `iteration`), TensorBoard event files
+when the `tensorboard` extra is installed, and the progress bar. Only rank 0 writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+# Keys of a training line that are not loss terms (the plot tool reads `terms` for those).
+THROUGHPUT_KEYS = ("images_per_s", "data_wait")
+
+
+class Writer(Protocol):
+    def write(self, iteration: int, values: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _number(value: Any) -> Any:
+    """Plain python numbers for JSON (tensors and numpy scalars become floats)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # JSON has no NaN; "nan" / "inf" stay readable
+    return value
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The complete lines of a metrics file; a line cut mid-write (a crash) is left out."""
+    lines = []
+    if not path.is_file():
+        return lines
+    for text in path.read_text().splitlines():
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict) and isinstance(line.get("iteration"), int):
+            lines.append(line)
+    return lines
+
+
+class JsonlWriter:
+    """`metrics.jsonl`: continues the file of the run being resumed.
+
+    Lines of iterations after `start` (written after the snapshot being resumed from, by a run
+    that then died) are dropped first, so every iteration appears once whatever the history.
+    """
+
+    def __init__(self, path: Path, start: int) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kept = [line for line in read_lines(path) if line["iteration"] <= start]
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
+        os.replace(tmp, path)
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
+
+    def write(self, iteration: int, values: dict[str, Any]) -> None:
+        line = {"iteration": iteration, **{k: _number(v) for k, v in values.items()}}
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class TensorBoardWriter:
+    """Scalars under `folder` for TensorBoard; events after `start` are purged on resume."""
+
+    def __init__(self, folder: Path, start: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter  # needs the `tensorboard` extra
+        self._writer = SummaryWriter(log_dir=str(folder), purge_step=start + 1)
+
+    def write(self, iteration: int, values: dict[str, Any]) -> None:
+        for key, value in values.items():
+            value = _number(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._writer.add_scalar(key, value, iteration)
+        self._writer.flush()
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+class BarWriter:
+    """The tqdm bar's postfix: loss, lr, images/s and data wait (tqdm adds the ETA)."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+
+    def write(self, iteration: int, values: dict[str, Any]) -> None:
+        shown = {"loss": "{:.4f}", "lr": "{:.2e}", "images_per_s": "{:.1f}",
+                 "data_wait": "{:.0%}", "AP": "{:.3f}"}
+        names = {"images_per_s": "img/s", "data_wait": "wait"}
+        postfix = {names.get(k, k): fmt.format(_number(values[k]))
+                   for k, fmt in shown.items() if k in values}
+        if postfix:
+            self.bar.set_postfix(postfix, refresh=False)
+
+    def close(self) -> None:
+        pass
+
+
+def tensorboard_writer(folder: Path, start: int, log: Callable[[str], None]) -> Writer | None:
+    """A TensorBoardWriter, or None (said in one line) without the `tensorboard` package."""
+    try:
+        return TensorBoardWriter(folder, start)
+    except ImportError:
+        log('TensorBoard is off: pip install -e ".[tensorboard]" to get event files in '
+            f"{folder}")
+        return None
+
+
+class Metrics:
+    """Values put during an iteration, written by every writer at its end."""
+
+    def __init__(self, writers: list[Writer]) -> None:
+        self.writers = writers
+        self.pending: dict[str, Any] = {}
+
+    def put(self, **values: Any) -> None:
+        self.pending.update(values)
+
+    def write(self, iteration: int) -> None:
+        """Hand what was put in this iteration to the writers (nothing put: nothing written)."""
+        if self.pending:
+            for writer in self.writers:
+                writer.write(iteration, self.pending)
+        self.pending = {}
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+
+
+def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
+                 enabled: bool) -> Metrics:
+    """The writers of a run whose files live in `folder` (rank 0: `enabled`; other ranks write
+    nothing)."""
+    if not enabled:
+        return Metrics([])
+    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start), BarWriter(bar)]
+    board = tensorboard_writer(folder / "tb", start, log)
+    if board is not None:
+        writers.append(board)
+    return Metrics(writers)
+
+
+class Throughput:
+    """Images/s and the share of wall time spent waiting for data, since the last `read`."""
+
+    def __init__(self) -> None:
+        self._since = time.perf_counter()
+        self._images = 0
+        self._waited = 0.0
+        self.total_waited = 0.0
+        self.began = self._since
+
+    def add(self, images: int, waited: float) -> None:
+        self._images += images
+        self._waited += waited
+        self.total_waited += waited
+
+    def read(self) -> dict[str, float]:
+        """{"images_per_s", "data_wait"} over the window since the last read; starts a new one."""
+        now = time.perf_counter()
+        span = max(now - self._since, 1e-9)
+        values = {"images_per_s": self._images / span, "data_wait": self._waited / span}
+        self._since, self._images, self._waited = now, 0, 0.0
+        return values
+
+    def overall_wait(self) -> float:
+        """The share of all wall time so far spent waiting for data."""
+        return self.total_waited / max(time.perf_counter() - self.began, 1e-9)
+
+
+class DataCounts:
+    """Images skipped as unreadable and objects dropped beyond max_objects, so far."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.skipped_images = 0
+        self.dropped_objects = 0
+
+    def add(self, meta: dict) -> None:
+        for path in meta.get("skipped", []):
+            self.log(f"skipped unreadable image {path}")
+        self.skipped_images += len(meta.get("skipped", []))
+        self.dropped_objects += meta.get("dropped_objects", 0)
+
+    def values(self) -> dict[str, int]:
+        return {"skipped_images": self.skipped_images, "dropped_objects": self.dropped_objects}
+
+
+# The COCO numbers an evaluation during training puts into the metrics.
+EVAL_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
+
+
+def due(iteration: int, every: int) -> bool:
+    """Whether a periodic action (display, validation) runs at `iteration`; 0 means never."""
+    return bool(every) and iteration % every == 0
+
+
+def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: Any,
+                    speed: Throughput, counts: DataCounts, skipped_steps: int,
+                    began: float) -> dict[str, Any]:
+    """What a display iteration puts: loss and its terms (their names under "terms"), learning
+    rate, gradient norm, throughput and data wait since the last display, data counts, skipped
+    steps, wall seconds since `began` and, on CUDA, peak GPU memory in GiB."""
+    values = {"loss": float(loss), **{k: float(v) for k, v in terms.items()},
+              "terms": list(terms), "lr": lr,
+              "grad_norm": float(grad_norm) if grad_norm is not None else None,
+              **speed.read(), **counts.values(), "skipped_steps": skipped_steps,
+              "time": time.perf_counter() - began}
+    if getattr(device, "type", None) == "cuda":
+        import torch
+        values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+    return values
+
+
+def display_line(iteration: int, values: dict[str, Any]) -> str:
+    """The log line of a display iteration (the loss at full precision: resume is exact)."""
+    terms = ", ".join(f"{k} {values[k]:.4f}" for k in values["terms"])
+    return (f"iteration {iteration}: loss {values['loss']:.8g} ({terms}), lr {values['lr']:.3g}, "
+            f"grad norm {values['grad_norm']:.3g}, {values['images_per_s']:.1f} images/s, "
+            f"waiting for data {values['data_wait']:.1%}")

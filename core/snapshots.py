@@ -1,0 +1,118 @@
+"""Which snapshots a run writes, resumes from, keeps and calls best.
+
+Snapshots are `cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`; the best one by validation AP is a copy,
+`<Cfg>_best.pkl`, that records its iteration and AP and that pruning never touches.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+
+def numbered(system_config: Any) -> dict[int, Path]:
+    """Iteration -> path of every numbered snapshot of the run, oldest first."""
+    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(\d+)\.pkl")
+    found = {}
+    folder = system_config.snapshot_dir
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = pattern.fullmatch(path.name)
+            if match:
+                found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
+
+
+def latest(system_config: Any, log: Callable[[str], None]) -> int:
+    """The iteration of the newest snapshot that loads; 0 (said) when there is none.
+
+    A damaged newer snapshot (a crash mid-copy, a full disk) is named and passed over.
+    """
+    for iteration, path in reversed(numbered(system_config).items()):
+        try:
+            torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable snapshot is skipped alike
+            log(f"snapshot {path} does not load ({type(err).__name__}); trying an older one")
+            continue
+        return iteration
+    log(f"--iter latest: no snapshot in {system_config.snapshot_dir}; starting from scratch")
+    return 0
+
+
+def prune(system_config: Any, keep: int | None) -> list[Path]:
+    """Delete all but the `keep` newest numbered snapshots (None keeps all); returns the
+    deleted paths. The best snapshot is a separate file and is never deleted."""
+    if keep is None:
+        return []
+    paths = list(numbered(system_config).values())
+    doomed = paths[:-keep] if len(paths) > keep else []
+    for path in doomed:
+        path.unlink(missing_ok=True)
+    return doomed
+
+
+class Best:
+    """The best validation AP so far and its snapshot file.
+
+    Args:
+        path: `<Cfg>_best.pkl`.
+        record: {"iteration", "AP"} of the best so far (from the snapshot being resumed), or None.
+    """
+
+    def __init__(self, path: Path, record: dict | None) -> None:
+        self.path = path
+        self.record = record
+
+    def update(self, iteration: int, ap: float, save: Callable[[Path], None]) -> bool:
+        """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did."""
+        if self.record is not None and ap <= self.record["AP"]:
+            return False
+        self.record = {"iteration": iteration, "AP": float(ap)}
+        save(self.path)
+        return True
+
+
+class Saver:
+    """The loop's snapshots: numbered ones every `system.snapshot` iterations and at the end
+    (pruned to `system.keep_snapshots`), and the best one after an evaluation that improves AP.
+
+    Args:
+        nnet: the NetworkFactory.
+        system_config: the run's config.
+        rank, distributed: only rank 0 writes; under DDP the ranks' weights are checked first.
+        state: iteration -> the training state stored with the weights.
+        log: rank 0's log.
+    """
+
+    def __init__(self, nnet: Any, system_config: Any, rank: int, distributed: bool,
+                 state: Callable[[int], dict], log: Callable[[str], None]) -> None:
+        self.nnet, self.system_config = nnet, system_config
+        self.rank, self.distributed = rank, distributed
+        self.state, self.log = state, log
+
+    def due(self, iteration: int) -> bool:
+        return (iteration % self.system_config.snapshot == 0
+                or iteration == self.system_config.max_iter)
+
+    def save(self, iteration: int) -> None:
+        if self.distributed:
+            from .utils.dist import check_ranks_agree
+            check_ranks_agree(self.nnet.model, self.log)
+        if self.rank == 0:
+            self.nnet.save_params(iteration, self.state(iteration))
+            for path in prune(self.system_config, self.system_config.keep_snapshots):
+                self.log(f"removed old snapshot {path.name} (system.keep_snapshots "
+                         f"{self.system_config.keep_snapshots})")
+
+    def evaluated(self, iteration: int, ap: float, best: Best) -> None:
+        """Record the AP of `iteration`; a new best replaces `<Cfg>_best.pkl` atomically."""
+        before = best.record
+        if best.update(iteration, ap, lambda path: self.nnet.save_params(
+                iteration, self.state(iteration), path=path)):
+            self.log(f"iteration {iteration}: AP {ap:.4f}, the best so far: {best.path.name}")
+        else:
+            self.log(f"iteration {iteration}: AP {ap:.4f} (best {before['AP']:.4f} at "
+                     f"iteration {before['iteration']})")

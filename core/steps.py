@@ -1,0 +1,55 @@
+"""One training step under the non-finite-loss policy of `system.nonfinite_loss`."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any, Callable
+
+from .nnet.py_factory import NonFiniteLoss
+
+# "skip" gives up when more than half of the last RECENT steps were skipped: the run is
+# diverging, not meeting the odd bad batch.
+RECENT = 20
+
+
+class TrainStep:
+    """`step(batch, iteration)` -> (loss, terms), or None for a skipped step.
+
+    With policy "stop" a non-finite loss raises NonFiniteLoss carrying the iteration; with "skip"
+    the step is skipped, said and counted, and NonFiniteLoss is raised once more than half of
+    the last RECENT steps were skipped.
+    """
+
+    def __init__(self, nnet: Any, policy: str, log: Callable[[str], None]) -> None:
+        self.nnet, self.policy, self.log = nnet, policy, log
+        self.skipped = 0
+        self._recent: collections.deque[bool] = collections.deque(maxlen=RECENT)
+
+    def __call__(self, batch: dict, iteration: int) -> tuple | None:
+        try:
+            result = self.nnet.train(batch)
+        except NonFiniteLoss as err:
+            err.iteration = iteration
+            if self.policy == "stop":
+                raise
+            self.skipped += 1
+            self._recent.append(True)
+            self.log(f"iteration {iteration}: non-finite loss ({err}); step skipped "
+                     f"({self.skipped} so far)")
+            if sum(self._recent) > RECENT // 2:
+                err.skipped = (sum(self._recent), len(self._recent))
+                raise
+            return None
+        self._recent.append(False)
+        return result
+
+
+def validate(nnet: Any, data: Any, should_stop: Callable[[], bool]) -> float:
+    """The loss of the next validation batch, with the network in eval mode meanwhile."""
+    nnet.eval_mode()
+    try:
+        batch, _ = data.get(should_stop)
+        loss, _ = nnet.validate(batch)
+    finally:
+        nnet.train_mode()
+    return float(loss)

@@ -1,0 +1,40 @@
+"""Stop requests: a signal asks the training loop to stop at the end of an iteration."""
+
+from __future__ import annotations
+
+import signal
+
+import torch
+import torch.distributed as dist
+
+
+class StopRequest:
+    """SIGTERM, SIGHUP or a first Ctrl-C asks the loop to stop after the current iteration; a
+    second Ctrl-C raises KeyboardInterrupt at once (the caller exits quietly)."""
+
+    def __init__(self) -> None:
+        self.signum = 0
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+
+    def __call__(self) -> bool:
+        return self.signum != 0
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal, as a shell reports a process ended by it."""
+        return 128 + (self.signum or signal.SIGTERM)
+
+
+def agree(flag: bool, distributed: bool, device: torch.device) -> bool:
+    """True on every rank when it is true on any: ranks must stop at the same iteration."""
+    if not distributed:
+        return flag
+    value = torch.tensor([int(flag)], device=device)  # nccl reduces only CUDA tensors
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return bool(value.item())
