@@ -9,6 +9,7 @@ setup(
     install_requires=["torch>=2.1", "numpy", "opencv-python-headless", "tqdm"],
     extras_require={
         "coco": ["faster-coco-eval", "pycocotools"],
+        "plot": ["matplotlib"],
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools"],
     },
 )

@@ -170,7 +170,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, sh
                 for key, value in _arrays(batch).items():
                     views[key][slot, local:local + size] = value
                 for key, value in batch.get("meta", {}).items():
-                    meta[key] = meta.get(key, 0 if isinstance(value, int) else []) + value
+                    meta[key] = meta.get(key, [] if isinstance(value, list) else 0) + value
                 local += size
             out_queue.put(("batch", number, slot, meta))
             number += workers

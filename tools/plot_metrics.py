@@ -1,0 +1,234 @@
+#!/usr/bin/env python
+"""Plot a run's curves from its metrics file.
+
+    python tools/plot_metrics.py <Cfg | path/to/metrics.jsonl> [--out PNG] [--cache-dir DIR]
+
+Reads cache/nnet/<Cfg>/metrics.jsonl (one JSON object a line, written by train.py) and writes
+a PNG, by default metrics.png beside it, with a panel for each of: the loss terms and the total
+loss (and the validation loss) against iteration, the learning rate, and the validation AP,
+AP50 and AP75 (once an evaluation has run). It can run while training goes on: a last line still
+being written is left out, and the PNG is written under another name and renamed, so a viewer
+never shows half an image. matplotlib is an optional extra: pip install -e ".[plot]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+AP_KEYS = ("AP", "AP50", "AP75")
+PANEL_INCHES = (9.0, 3.0)
+DPI = 100
+LOSS_STYLES = {"loss": {"color": "black", "linewidth": 2},
+               "val_loss": {"linestyle": "--", "marker": "o"}}
+
+Series = tuple[list[int], list[float]]  # iterations (ascending), values
+
+
+class MetricsError(ValueError):
+    """The metrics file cannot be plotted; the message names it and says why."""
+
+
+@dataclass
+class Curves:
+    """What the figure shows: every series is (iterations, values)."""
+
+    losses: dict[str, Series]
+    lr: Series
+    ap: dict[str, Series] = field(default_factory=dict)
+
+    @property
+    def last_iteration(self) -> int:
+        return max(its[-1] for its, _ in self.losses.values() if its)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl file, in file order.
+
+    The last line may be cut mid-write by a running trainer and is then left out; any other
+    line that is not a JSON object with an integer "iteration" is an error naming it.
+    """
+    try:
+        lines = path.read_text().split("\n")
+    except FileNotFoundError:
+        raise MetricsError(f"no metrics file at {path}: train with this config first, or "
+                           f"name the file (or --cache-dir) the run wrote to") from None
+    except OSError as err:
+        raise MetricsError(f"cannot read {path}: {err.strerror}") from None
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):  # no newline after it yet: still being written
+                continue
+            raise MetricsError(f"{path} line {number} is not JSON: the file is damaged; "
+                               f"remove that line") from None
+        if not isinstance(record, dict) or not _is_int(record.get("iteration")):
+            raise MetricsError(f"{path} line {number} has no integer \"iteration\"")
+        records.append(record)
+    return records
+
+
+def select_curves(records: list[dict], where: Path) -> Curves:
+    """The series to plot. A training line is one with a "loss"; its "terms" name its loss terms.
+
+    Losses are "loss", then the terms in order of first appearance, then "val_loss" if
+    any. When an iteration appears more than once the last value wins.
+    """
+    training = [r for r in records if _is_number(r.get("loss"))]
+    if not training:
+        raise MetricsError(f"{where} holds no training line yet (one with a \"loss\"); "
+                           f"wait for the first display interval")
+    names = ["loss"]
+    for record in training:
+        names += [term for term in record.get("terms", []) if term not in names]
+    names += ["val_loss"] if any("val_loss" in r for r in records) else []
+    # COCO gives -1 for an AP it could not compute (no objects of that kind): not plotted.
+    ap = {key: _series(records, key, minimum=0.0) for key in AP_KEYS}
+    return Curves(losses={name: _series(records, name) for name in names},
+                  lr=_series(records, "lr"), ap={key: s for key, s in ap.items() if s[0]})
+
+
+def _series(records: list[dict], key: str, minimum: float = -math.inf) -> Series:
+    points = {}
+    for record in records:
+        value = record.get(key)
+        if _is_number(value) and value >= minimum:
+            points[record["iteration"]] = float(value)
+    iterations = sorted(points)
+    return iterations, [points[i] for i in iterations]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def spans_decades(series: list[Series], decades: float) -> bool:
+    """Whether every value is positive and they span at least `decades` powers of ten: then a
+    log axis shows them better than a linear one."""
+    values = [v for _, vs in series for v in vs if not math.isnan(v)]
+    if not values or min(values) <= 0:
+        return False
+    return math.log10(max(values) / min(values)) >= decades
+
+
+def plot(curves: Curves, out: Path, title: str) -> None:
+    """Write the figure to `out` as a PNG of PANEL_INCHES * DPI pixels per panel, atomically.
+
+    Panels, top to bottom: losses; learning rate (if logged); validation AP (if any).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    panels = [_draw_losses] + ([_draw_lr] if curves.lr[0] else []) + (
+        [_draw_ap] if curves.ap else [])
+    width, height = PANEL_INCHES
+    figure, axes = pyplot.subplots(len(panels), 1, sharex=True, squeeze=False, dpi=DPI,
+                                   figsize=(width, height * len(panels)))
+    try:
+        for axis, draw in zip(axes[:, 0], panels):
+            draw(axis, curves)
+            axis.grid(True, alpha=0.3)
+        axes[0, 0].set_title(title)
+        axes[-1, 0].set_xlabel("iteration")
+        figure.tight_layout()
+        partial = out.with_name(f".{out.name}.partial")
+        figure.savefig(partial, format="png")
+        os.replace(partial, out)
+    finally:
+        pyplot.close(figure)
+
+
+def _draw_losses(axis, curves: Curves) -> None:
+    for name, (its, values) in curves.losses.items():
+        axis.plot(its, values, label=name, **LOSS_STYLES.get(name, {}))
+    if spans_decades(list(curves.losses.values()), 2):
+        axis.set_yscale("log")
+    axis.set_ylabel("loss")
+    axis.legend(loc="best", fontsize="small")
+
+
+def _draw_lr(axis, curves: Curves) -> None:
+    axis.plot(*curves.lr, drawstyle="steps-post")
+    if spans_decades([curves.lr], 1):
+        axis.set_yscale("log")
+    axis.set_ylabel("learning rate")
+
+
+def _draw_ap(axis, curves: Curves) -> None:
+    for name, (its, values) in curves.ap.items():
+        axis.plot(its, values, label=name, marker="o")
+    axis.set_ylim(bottom=0)
+    axis.set_ylabel("validation AP")
+    axis.legend(loc="best", fontsize="small")
+
+
+def metrics_path(target: str, cache_dir: str | None) -> Path:
+    """The metrics file named by `target`: a path to it, or a config name whose run wrote it
+    to <cache_dir>/nnet/<snapshot_name>/metrics.jsonl."""
+    if target.endswith(".jsonl") or os.sep in target or Path(target).is_file():
+        if cache_dir is not None:
+            raise MetricsError("--cache-dir goes with a config name, not with a metrics file")
+        return Path(target)
+    from core.config import load_config
+
+    system_config, _ = load_config(target)
+    if cache_dir is not None:
+        system_config.full["cache_dir"] = str(Path(cache_dir).resolve())
+    return system_config.snapshot_dir / "metrics.jsonl"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Plot the loss terms, learning rate and "
+                                     "validation AP of a run against iteration")
+    parser.add_argument("target", help="config name (reads cache/nnet/<Cfg>/metrics.jsonl) or "
+                                       "the path of a metrics.jsonl file")
+    parser.add_argument("--out", type=Path, help="PNG to write (default: metrics.png beside "
+                                                 "the metrics file)")
+    parser.add_argument("--cache-dir", help="the run's system.cache_dir, if not the config's")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import matplotlib  # noqa: F401 - only to say how to get it
+    except ImportError:
+        print('error: plotting needs matplotlib: pip install -e ".[plot]"', file=sys.stderr)
+        return 2
+    from core.config import ConfigError
+
+    try:
+        path = metrics_path(args.target, args.cache_dir)
+        curves = select_curves(read_metrics(path), path)
+    except (MetricsError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = args.out or path.with_name("metrics.png")
+    try:
+        plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
+    except OSError as err:
+        if os.environ.get("CORNERNET_DEBUG") == "1":
+            raise
+        print(f"error: cannot write {out}: {err.strerror or err}", file=sys.stderr)
+        return 1
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
