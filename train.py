@@ -28,6 +28,7 @@ from core import snapshots
 from core.chunks import deal, rank_config
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup
 from core.dbs import DatasetError, datasets
+from core.dry_run import dry_run
 from core.evaluation import Evaluator
 from core.metrics import (
     EVAL_KEYS,
@@ -76,10 +77,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--procs-per-node", default=None, type=int,
                         help="training processes per node (default: one per GPU, or 1 without "
                              "GPUs)")
+    parser.add_argument("--dry-run", default=0, type=int, metavar="N",
+                        help="only take N batches through the data path, print its figures "
+                             "(images/s, bytes per image, reading/augmenting/queueing) and exit")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
     return parser.parse_args(argv)
+
+
+def data_only(args, system_config, db_config: dict, rank: int, world: int, device,
+              log: Callable[[str], None]) -> int:
+    """--dry-run N: N batches through the prefetch path and its figures; no model, no files."""
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    make_db = functools.partial(dataset, db_config, split=system_config.train_split,
+                                sys_config=system_config)
+    where = torch.device(device) if device else default_device()
+    log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
+                args.dry_run, device=where).report())
+    return 0
 
 
 def build(args, system_config, db_config: dict, rank: int, world: int, device,
@@ -131,6 +148,8 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
           distributed: bool, watch=None) -> int:
     """Build everything for this rank and run the loop; returns the exit status."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
+    if args.dry_run:
+        return data_only(args, system_config, db_config, rank, world, device, log)
     stop = StopRequest()
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
     nnet, share, start, best = job.nnet, job.share, job.start, job.best
@@ -195,6 +214,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 if agree(stop(), distributed, nnet.device):
                     raise Stopped()
         except Stopped:
+            metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
             if rank == 0 and iteration > start:
                 path = nnet.save_params(iteration, state(iteration))

@@ -1,0 +1,179 @@
+"""Training throughput through the real trainer step: images/s, data wait, peak memory, and where
+the step time goes.
+
+    python bench/bench_train.py                       # GPU: CornerNet_Squeeze and CornerNet
+    python bench/bench_train.py --tiny                # CPU: small inputs, few iterations
+
+For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile)
+and prefetch worker count, a NetworkFactory trains on ../shared/data/coco128 (the COCO dataset
+class, real augmentation) fed by core.prefetch exactly as train.py feeds it, one process, the
+config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
+of wall time spent waiting for the next batch, peak GPU memory. Then, for the fastest mode, one
+batch's step split into host-to-device copy, target rendering + image normalisation, forward +
+loss, backward and optimizer step (each timed with the device synchronised), which says what
+limits the trainer when data wait is near zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from core.chunks import deal, rank_config
+from core.config import load_config
+from core.dbs import datasets
+from core.nnet.py_factory import NetworkFactory
+from core.prefetch import Prefetcher
+from core.sample import data_sampling_func
+from core.sample.render import render_targets
+
+COCO128 = REPO.parent / "shared" / "data" / "coco128"
+MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
+         "bf16+cl": {"amp": "bf16", "channels_last": True},
+         "bf16+cl+compile": {"amp": "bf16", "channels_last": True, "compile": True}}
+
+
+def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None):
+    """The config of one bench row on coco128, and the dataset factory."""
+    system_config, db_config = load_config(name)
+    sizes = [batch // chunks + (i < batch % chunks) for i in range(chunks)]
+    system_config.full.update(batch_size=batch, chunk_sizes=sizes if chunks > 1 else None,
+                              prefetch_size=8, cache_dir=tempfile.mkdtemp(), **MODES[mode])
+    db_config.update(categories=80, image_dirs={"all": str(COCO128 / "images")},
+                     annotation_files={"all": str(COCO128 / "annotations" /
+                                                  "instances_coco128.json")})
+    if input_size:  # --tiny: a smaller input at the config's stride
+        stride = (db_config["input_size"][0] + 1) // db_config["output_sizes"][0][0]
+        db_config.update(input_size=[input_size, input_size],
+                         output_sizes=[[(input_size + 1) // stride] * 2])
+    make_db = functools.partial(datasets["COCO"], db_config, split="all",
+                                sys_config=system_config)
+    return system_config, make_db
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> dict:
+    """Train warm-up + timed iterations; images/s, data-wait share, peak memory."""
+    system_config, make_db = setup(name, args.batch, args.chunks, mode, args.input_size)
+    share = deal(system_config, 0, 1)
+    db = make_db()
+    db.set_rng(np.random.default_rng(0))
+    sample = data_sampling_func[system_config.sampling_function]
+    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    torch.manual_seed(0)
+    nnet = NetworkFactory(system_config, db, device=device)
+    nnet.train_mode()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
+                    data_aug=True, stream="train", device=device) as data:
+        for _ in range(args.warmup):
+            nnet.train(data.get()[0])
+        sync(device)
+        waited, start = 0.0, time.perf_counter()
+        for _ in range(args.iters):
+            t0 = time.perf_counter()
+            batch, _ = data.get()
+            waited += time.perf_counter() - t0
+            nnet.train(batch)
+        sync(device)
+        wall = time.perf_counter() - start
+        last = batch
+    peak = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else 0.0
+    return {"images/s": args.iters * args.batch / wall, "wait": waited / wall, "peak": peak,
+            "nnet": nnet, "batch": last}
+
+
+def breakdown(nnet: NetworkFactory, batch: dict, reps: int) -> dict[str, float]:
+    """Milliseconds per step of each part, the device synchronised between parts."""
+    device, parts = nnet.device, {}
+
+    @contextlib.contextmanager
+    def timed(key):
+        sync(device)
+        t0 = time.perf_counter()
+        yield
+        sync(device)
+        parts[key] = parts.get(key, 0.0) + 1000 * (time.perf_counter() - t0) / reps
+
+    pinned = {k: v.pin_memory() for k, v in batch.items()} if device.type == "cuda" else batch
+    for _ in range(reps):
+        nnet.optimizer.zero_grad(set_to_none=True)
+        with timed("host-to-device"):
+            chunks = nnet._chunks(nnet._to_device(pinned))
+        with timed("render+normalise"):
+            inputs = [(nnet._image(c), render_targets(c, nnet.db_configs, nnet.categories))
+                      for c in chunks]
+        with timed("forward+loss"), nnet._autocast():
+            loss = sum(nnet.loss(nnet.network(image), targets)[0]
+                       for image, targets in inputs) / len(chunks)
+        with timed("backward"):
+            loss.backward()
+        with timed("optimizer"):
+            nnet.optimizer.step()
+    return parts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["CornerNet_Squeeze", "CornerNet"])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8])
+    parser.add_argument("--batch", type=int, default=32, help="per-process batch")
+    parser.add_argument("--chunks", type=int, default=1, help="chunks the batch is cut into")
+    parser.add_argument("--iters", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--input-size", type=int, default=None,
+                        help="square input side instead of the config's (e.g. 255)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="CPU settings: input 127, batch 2, 3 iterations, workers 1 2")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    if args.tiny:
+        args.input_size, args.batch, args.iters, args.warmup = 127, 2, 3, 1
+        args.workers = [w for w in args.workers if w <= 2]
+    if not COCO128.is_dir():
+        sys.exit(f"coco128 not found at {COCO128}")
+    device = torch.device(args.device)
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "none"
+    print(f"device {device} ({gpu}), torch {torch.__version__}, {torch.get_num_threads()} "
+          f"threads, {os.cpu_count()} CPUs; batch {args.batch} in {args.chunks} chunk(s), "
+          f"{args.iters} timed iterations after {args.warmup}")
+    print(f"{'config':18s} {'mode':16s} {'workers':>7s} {'images/s':>9s} {'data wait':>9s} "
+          f"{'peak GiB':>8s}")
+    for name in args.configs:
+        best = None
+        for mode in args.modes:
+            if mode.endswith("compile") and device.type == "cpu" and not args.tiny:
+                continue
+            for workers in args.workers:
+                row = run_row(name, mode, workers, args, device)
+                print(f"{name:18s} {mode:16s} {workers:7d} {row['images/s']:9.1f} "
+                      f"{100 * row['wait']:8.1f}% {row['peak']:8.2f}", flush=True)
+                if best is None or row["images/s"] > best[1]["images/s"]:
+                    best = (mode, row)
+        mode, row = best
+        parts = breakdown(row["nnet"], row["batch"], reps=3)
+        total = sum(parts.values())
+        print(f"{name} {mode}, one step of {args.batch} images: " + ", ".join(
+            f"{key} {ms:.1f} ms ({100 * ms / total:.0f}%)" for key, ms in parts.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Watching a real training run (train.py subprocesses, tiny model on coco128): the metrics file
+across a SIGTERM and `--iter latest`, TensorBoard beside it, the data-only dry run."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from core.metrics import read_lines
+from tests._train_helpers import Training, run_train, write_config
+
+NAME = "Tiny128"
+TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
+                 "images_per_s", "data_wait", "skipped_images", "dropped_objects",
+                 "skipped_steps", "time"}
+
+
+def metrics_file(tmp_path):
+    return tmp_path / "cache" / "nnet" / NAME / "metrics.jsonl"
+
+
+def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=12, snapshot=4, val_iter=3,
+                              display=1)
+    run = Training(config_dir)
+    try:
+        run.wait_for(r"iteration 6: loss")
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, output = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert code == 128 + signal.SIGTERM, output
+    stopped = max(line["iteration"] for line in read_lines(metrics_file(tmp_path)))
+    assert 6 <= stopped < 12
+    # A later crash may have left lines past the snapshot; they must not survive a resume.
+    with open(metrics_file(tmp_path), "a") as handle:
+        handle.write('{"iteration": 99, "loss": 1.0}\n{"iteration": 100, "lo')
+    resumed = run_train(config_dir, "--iter", "latest")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"continuing from snapshot {stopped}" in resumed.stdout
+    lines = read_lines(metrics_file(tmp_path))
+    assert [line["iteration"] for line in lines] == list(range(1, 13))
+    for line in lines:
+        assert TRAINING_KEYS <= set(line), sorted(TRAINING_KEYS - set(line))
+        assert line["terms"] == ["focal", "pull", "push", "off"]
+        assert 0 <= line["data_wait"] <= 1 and line["images_per_s"] > 0
+    assert [("val_loss" in line) for line in lines] == [it % 3 == 0 for it in range(1, 13)]
+    assert lines[0]["lr"] == pytest.approx(0.0005, rel=1e-12)
+
+
+def test_tensorboard_events_match_the_metrics_file(tmp_path, coco128):
+    pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config_dir = write_config(tmp_path, coco128, max_iter=4, snapshot=4, val_iter=0,
+                              display=2)
+    result = run_train(config_dir)
+    assert result.returncode == 0, result.stdout + result.stderr
+    events = EventAccumulator(str(metrics_file(tmp_path).parent / "tb"))
+    events.Reload()
+    lines = read_lines(metrics_file(tmp_path))
+    for key in ("loss", "focal", "lr", "grad_norm"):
+        logged = [(e.step, e.value) for e in events.Scalars(key)]
+        assert logged == [(line["iteration"], pytest.approx(line[key], rel=1e-6))
+                          for line in lines], key
+
+
+def test_dry_run_prints_its_figures_and_trains_nothing(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128)
+    result = run_train(config_dir, "--dry-run", "5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "dry run: 5 batches" in result.stdout
+    for words in ("images/s", "bytes", "reading", "augmenting", "queueing"):
+        assert words in result.stdout, words
+    assert not list((tmp_path / "cache").rglob("*.pkl"))
+    assert not metrics_file(tmp_path).exists()
