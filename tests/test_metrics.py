@@ -82,7 +82,7 @@ def test_without_tensorboard_one_line_says_it_is_off(tmp_path, monkeypatch):
     real_import = builtins.__import__
 
     def no_tensorboard(name, *args, **kwargs):
-        if name.startswith("torch.utils.tensorboard") or name.startswith("tensorboard"):
+        if name.startswith(("torch.utils.tensorboard", "tensorboard")):
             raise ImportError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
