@@ -10,6 +10,9 @@ setup(
     extras_require={
         "coco": ["faster-coco-eval", "pycocotools"],
         "plot": ["matplotlib"],
-        "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools"],
+        "tensorboard": ["tensorboard"],
+        # The tests read TensorBoard events back and draw the curves, so they need both extras.
+        "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",
+                 "matplotlib"],
     },
 )

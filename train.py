@@ -120,8 +120,8 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
         log(f"note: {share.note}")
     if nnet.frozen:
         log(f"frozen: {len(nnet.frozen)} parameter tensors under {system_config.freeze}")
-    start = snapshots.latest(system_config, log) if args.start_iter == "latest" \
-        else int(args.start_iter)
+    start = int(args.start_iter) if args.start_iter != "latest" else dist_utils.from_rank0(
+        snapshots.latest(system_config, log) if rank == 0 else None, distributed)
     resumed = {}
     if start:
         resumed = nnet.load_params(start)
@@ -237,6 +237,11 @@ def describe(err: BaseException) -> tuple[int, str]:
     """
     if isinstance(err, (ConfigError, DatasetError, FileNotFoundError)):
         return 2, str(err)
+    if isinstance(err, NonFiniteLoss) and hasattr(err, "skipped"):
+        bad, recent = err.skipped
+        return 1, (f"iteration {err.iteration}: {bad} of the last {recent} steps had a non-finite "
+                   f"loss ({err}); the run is diverging, stopping. Lower system.learning_rate "
+                   f"or resume from an earlier snapshot.")
     if isinstance(err, NonFiniteLoss):
         return 1, (f"iteration {getattr(err, 'iteration', '?')}: the loss is not finite ({err}); "
                    f"stopping. Lower system.learning_rate, check the data, or set "

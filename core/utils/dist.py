@@ -101,3 +101,12 @@ def check_ranks_agree(model: torch.nn.Module, log) -> None:
         raise RuntimeError("parameters differ between ranks: "
                            + ", ".join(f"rank {i}: {g.tolist()}" for i, g in enumerate(gathered)))
     log(f"parameters identical on {len(gathered)} ranks (checksum {gathered[0][0].item():.10g})")
+
+
+def from_rank0(value: Any, distributed: bool) -> Any:
+    """Rank 0's `value` on every rank (a decision made once, e.g. which snapshot is newest)."""
+    if not distributed:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
