@@ -139,12 +139,11 @@ def compare(label: str, workers: int, repeats: int, measure, rules: tuple[str, .
     rates: dict[str, list[float]] = {rule: [] for rule in rules}
     for _ in range(repeats):
         for rule in rules:
-            slots = RULES[rule]
-            prefetch.ring_slots = slots
+            prefetch.ring_slots = RULES[rule]
             rates[rule].append(measure())
     prefetch.ring_slots = CURRENT
-    print(f"{label} workers={workers} slots/worker former {former(5, workers, 'train')} "
-          f"current {CURRENT(5, workers, 'train')} one 1: "
+    slots = " ".join(f"{rule} {RULES[rule](5, workers, 'train')}" for rule in rules)
+    print(f"{label} workers={workers} slots/worker {slots}: "
           + ", ".join(f"{rule} {statistics.median(r):6.1f}" for rule, r in rates.items())
           + " images/s (" + "; ".join(
               f"{rule} " + " ".join(f"{v:.0f}" for v in r) for rule, r in rates.items()) + ")",
