@@ -14,6 +14,7 @@ needed, what is there and what to do: `probe_writable`, `check_free_disk` (with
 from __future__ import annotations
 
 import errno
+import io
 import math
 import os
 import re
@@ -98,6 +99,10 @@ class _FdWriter:
             self.error = self.error or err
             raise
         return done
+
+    def read(self, size: int = -1) -> bytes:
+        """Write-only, like a file opened "wb" (whose `read` exists and refuses)."""
+        raise io.UnsupportedOperation("read")
 
     def tell(self) -> int:
         return os.lseek(self.fd, 0, os.SEEK_CUR)
