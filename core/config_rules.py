@@ -34,7 +34,6 @@ _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_cro
                 "num_train_images", "num_val_images", "rand_scale_min", "rand_scale_max",
                 "rand_scale_step", "weight_exp")
 _NON_NEGATIVE_DB = ("border", "min_scale", "nms_threshold", "ae_threshold")
-_PAIR_LISTS = ("output_sizes", "att_sizes", "att_ranges")
 _POSITIVE_LISTS = ("rand_scales", "test_scales", "init_sizes", "att_ratios", "att_nms_ks")
 _PATH_DICTS = ("image_dirs", "annotation_files")
 
@@ -90,17 +89,15 @@ def check_db_rules(configs: dict, where: str) -> None:
     if not _positive_int_pair(configs["input_size"]):
         raise ConfigError(f"{where}: db.input_size must be [height, width], two positive "
                           f"integers, got {configs['input_size']}")
-    for key in _PAIR_LISTS:
-        value = configs[key]
-        pairs = key != "att_ranges" and all(_positive_int_pair(v) for v in value)
-        ranges = key == "att_ranges" and all(
-            isinstance(v, list) and len(v) == 2 and all(_is_number(x) and x >= 0 for x in v)
-            for v in value)
-        if not value or not (pairs or ranges):
-            kind = "[low, high] of non-negative numbers" if key == "att_ranges" else \
-                "[height, width] of two positive integers"
-            raise ConfigError(f"{where}: db.{key} must be a non-empty list of {kind}, got "
-                              f"{value}")
+    for key in ("output_sizes", "att_sizes"):
+        if not configs[key] or not all(map(_positive_int_pair, configs[key])):
+            raise ConfigError(f"{where}: db.{key} must be a non-empty list of [height, width] "
+                              f"pairs of positive integers, got {configs[key]}")
+    ranges = configs["att_ranges"]
+    if not ranges or not all(isinstance(r, list) and len(r) == 2
+                             and all(_is_number(x) and x >= 0 for x in r) for r in ranges):
+        raise ConfigError(f"{where}: db.att_ranges must be a non-empty list of [low, high] "
+                          f"pairs of non-negative numbers, got {ranges}")
     for key in _POSITIVE_LISTS:
         value = configs[key]
         if not value or not all(_is_number(v) and v > 0 for v in value):
