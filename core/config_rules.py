@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 # Periods where 0 means "never" (display, validation); negative ones are mistakes.
-_NON_NEGATIVE_SYSTEM = ("display", "val_iter", "weight_decay")
+_PERIODS = ("display", "val_iter")
 _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_crops",
                 "num_train_images", "num_val_images", "rand_scale_min", "rand_scale_max",
                 "rand_scale_step", "weight_exp")
@@ -64,10 +64,13 @@ def check_system_rules(configs: dict, where: str) -> None:
     if configs["max_iter"] < 1:
         raise ConfigError(f"{where}: system.max_iter must be at least 1 (the last iteration "
                           f"to train), got {configs['max_iter']}")
-    for key in _NON_NEGATIVE_SYSTEM:
+    for key in _PERIODS:
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 (never) or more, got "
                               f"{configs[key]}")
+    if configs["weight_decay"] < 0:
+        raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
+                          f"{configs['weight_decay']}")
     chunks = configs["chunk_sizes"]
     if chunks is not None and not (chunks and all(
             isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
