@@ -10,20 +10,17 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .config_rules import NAME, ConfigError, check_db_rules, check_finite, check_system_rules
+
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
 _NUMBER = (int, float)
-
-
-class ConfigError(ValueError):
-    """A config file or value is wrong; the message says where and what to do."""
 
 
 # key: (default, allowed types, None allowed)
@@ -179,6 +176,7 @@ def _check(section: str, schema: dict, new: dict, where: str) -> dict:
             raise ConfigError(
                 f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
                 f"{type(value).__name__} {value!r}{hint}")
+        check_finite(section, key, value, where)
         if key in _POSITIVE and value is not None and value <= 0:
             raise ConfigError(f"{where}: {section}.{key} must be greater than 0, got {value}")
         if key in _CHOICES and value is not None and value not in _CHOICES[key]:
@@ -199,9 +197,7 @@ def check_db_config(new: dict, where: str = "db config") -> dict:
         configs["rand_scales"] = np.arange(
             configs["rand_scale_min"], configs["rand_scale_max"], configs["rand_scale_step"]
         ).tolist()
-    if len(configs["input_size"]) != 2:
-        raise ConfigError(f"{where}: db.input_size must be [height, width], got "
-                          f"{configs['input_size']}")
+    check_db_rules(configs, where)
     scales, rounds = configs["att_scales"], len(configs["att_thresholds"])
     if not all(isinstance(s, list) and len(s) == len(configs["att_sizes"]) for s in scales) \
             or len(scales) < rounds:
@@ -227,7 +223,9 @@ class SystemConfig:
         self._root = Path(root_dir)
 
     def update_config(self, new: dict, where: str = "system config") -> SystemConfig:
-        self._configs.update(_check("system", _SYSTEM_SCHEMA, new, where))
+        merged = {**self._configs, **_check("system", _SYSTEM_SCHEMA, new, where)}
+        check_system_rules(merged, where)
+        self._configs.update(merged)
         chunks = self._configs["chunk_sizes"]
         if chunks is not None and sum(chunks) != self._configs["batch_size"]:
             raise ConfigError(f"{where}: system.chunk_sizes {chunks} sum to {sum(chunks)}, "
@@ -273,13 +271,10 @@ class SystemConfig:
         return self.snapshot_dir / f"{self.snapshot_name}_{iteration}.pkl"
 
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-
-
 def config_path(name: str, config_dir: Path = CONFIG_DIR) -> Path:
     """The file of config `name`; names are never paths, unknown ones list the valid names."""
     available = sorted(p.stem for p in config_dir.glob("*.json"))
-    if not _NAME.match(name) or not (config_dir / f"{name}.json").is_file():
+    if not NAME.match(name) or not (config_dir / f"{name}.json").is_file():
         raise ConfigError(f"unknown config '{name}' (looked in {config_dir}); "
                           f"{closest(name, available) if available else 'no configs found'}")
     return config_dir / f"{name}.json"
@@ -296,6 +291,9 @@ def read_json(path: Path) -> Any:
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: malformed JSON at line {err.lineno} column {err.colno}: "
                           f"{err.msg}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deep to read; a config is two levels of "
+                          f"objects holding values and short lists") from None
 
 
 def load_config(name: str, config_dir: Path = CONFIG_DIR,

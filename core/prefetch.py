@@ -109,6 +109,20 @@ def _proc_stat(pid: int) -> list[str]:
         return []
 
 
+def ring_slots(prefetch_size: int, workers: int, stream: str) -> int:
+    """Shared-memory batch slots per worker.
+
+    Two let a worker build its next batch while its last one is copied out; with one it waits
+    for every hand-over (bench/README.md). Each worker's pipeline also holds two finished
+    batches outside shared memory (the one its pin thread hands over and the one in its staged
+    queue), so `prefetch_size` batches ahead take ceil(prefetch_size / workers) - 2 slots.
+    Validation takes one batch every val_iter iterations: two slots are always enough there.
+    """
+    if stream == "val":
+        return 2
+    return max(2, math.ceil(prefetch_size / workers) - 2)
+
+
 def _arrays(batch: dict) -> dict[str, np.ndarray]:
     return {key: value for key, value in batch.items() if isinstance(value, np.ndarray)}
 
@@ -216,7 +230,7 @@ class Prefetcher:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next = workers, start
         self._device = torch.device(device or "cpu")
-        per_worker = max(2, math.ceil(system_config.prefetch_size / workers))
+        per_worker = ring_slots(system_config.prefetch_size, workers, stream)
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
                       for key, value in _arrays(probe).items()}

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -301,3 +304,175 @@ def test_default_layout_finds_data_dir_coco(coco128: Path, tmp_path: Path):
     config = SystemConfig(tmp_path).update_config({"cache_dir": "cache"})
     db = COCO({}, split="minival", sys_config=config)
     assert len(db) == 32 and (tmp_path / "cache" / "dbs").is_dir()
+
+
+# ---- a cache that heals itself ----------------------------------------------------------------
+def cache_file(sys_config: SystemConfig) -> Path:
+    (found,) = (sys_config.cache_dir / "dbs").glob("instances_coco128-*.npz")
+    return found
+
+
+def damage_and_reload(coco128: Path, sys_config: SystemConfig, caplog, damage) -> COCO:
+    """Load once (writing the cache), `damage(cache file)`, load again; the second load's
+    warnings are left in caplog."""
+    config = db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON)
+    first = COCO(config, split="all", sys_config=sys_config)
+    damage(cache_file(sys_config))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
+        again = COCO(config, split="all", sys_config=sys_config)
+    assert len(again) == len(first) == 128
+    np.testing.assert_array_equal(again.detections(5), first.detections(5))
+    return again
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def other_version(path: Path) -> None:
+    with open(path, "wb") as file:
+        np.savez(file, image_ids=np.arange(3), meta=np.array("{}"))
+
+
+def wrong_dtype(path: Path) -> None:
+    with np.load(path) as arrays:
+        content = {key: arrays[key] for key in arrays.files}
+    content["boxes"] = content["boxes"].astype(np.float64)
+    with open(path, "wb") as file:
+        np.savez(file, **content)
+
+
+@pytest.mark.parametrize("damage", [
+    truncate,
+    lambda path: path.write_bytes(pickle.dumps({"images": []})),
+    lambda path: path.write_text("not a zip file"),
+    other_version,
+    wrong_dtype,
+], ids=["truncated", "pickle", "text", "other_keys", "other_dtype"])
+def test_unreadable_cache_is_named_once_ignored_and_rebuilt(coco128: Path,
+                                                           sys_config: SystemConfig, caplog,
+                                                           damage):
+    damage_and_reload(coco128, sys_config, caplog, damage)
+    path = cache_file(sys_config)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"ignoring unreadable dataset cache {path}" in warnings[0]
+    caplog.clear()
+    COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON), split="all",
+         sys_config=sys_config)  # the rebuilt cache reads without a word
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_cache_files_get_the_permissions_of_other_outputs(coco128: Path, tmp_path: Path):
+    sys_config = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
+    previous = os.umask(0o022)
+    try:
+        COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON), split="all",
+             sys_config=sys_config)
+    finally:
+        os.umask(previous)
+    assert cache_file(sys_config).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_dead_writers_cache_temp_file_is_removed_on_rebuild(coco128: Path,
+                                                              sys_config: SystemConfig):
+    folder = sys_config.cache_dir / "dbs"
+    folder.mkdir(parents=True)
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    stale = folder / f".instances_coco128-0123.npz.{proc.pid}-1.tmp"
+    stale.write_bytes(b"half")
+    COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON), split="all",
+         sys_config=sys_config)
+    assert not stale.exists()
+    assert [p.suffix for p in folder.iterdir()] == [".npz"]
+
+
+def test_an_unwritable_cache_is_named_and_the_run_goes_on(coco128: Path, tmp_path: Path,
+                                                          caplog):
+    (tmp_path / "cache").write_text("a file where the cache folder should be")
+    sys_config = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
+    with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
+        db = COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON),
+                  split="all", sys_config=sys_config)
+    assert len(db) == 128
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith(f"cannot write the dataset cache (cannot write "
+                              f"{tmp_path / 'cache' / 'dbs'}")
+
+
+# ---- refused at load --------------------------------------------------------------------------
+def load_edited(coco128: Path, tmp_path: Path, edit, split: str = "all",
+                train_split: str = "training") -> COCO:
+    path = copy_json(coco128, tmp_path, edit)
+    sys_config = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache"),
+                                               "train_split": train_split})
+    return COCO(db_config(coco128 / "images", path), split=split, sys_config=sys_config)
+
+
+def test_training_split_without_annotations_is_refused_naming_the_file(coco128: Path,
+                                                                       tmp_path: Path):
+    with pytest.raises(DatasetError) as caught:
+        load_edited(coco128, tmp_path, lambda content: content.pop("annotations"),
+                    train_split="all")
+    assert str(caught.value) == (f"{tmp_path / 'instances_edited.json'}: no 'annotations' list, "
+                                 f"so the training split 'all' has no objects to learn; use an "
+                                 f"instances file with annotations for system.train_split")
+
+
+def test_empty_training_split_is_refused(coco128: Path, tmp_path: Path):
+    def empty(content):
+        content["images"], content["annotations"] = [], []
+    with pytest.raises(DatasetError, match="no images, so the training split 'all' is empty"):
+        load_edited(coco128, tmp_path, empty, train_split="all")
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("width", float("nan"), "width must be a positive number, got nan"),
+    ("height", "480", "height must be a positive number, got '480'"),
+    ("width", 0, "width must be a positive number, got 0"),
+    ("file_name", 12, "file_name must be a non-empty string, got 12"),
+])
+def test_bad_image_entry_is_named_by_its_id(coco128: Path, tmp_path: Path, key, value,
+                                            expected):
+    def edit(content):
+        content["images"][2][key] = value
+    image_id = json.loads((coco128 / "annotations" / ALL_JSON).read_text())["images"][2]["id"]
+    with pytest.raises(DatasetError, match=f"image id {image_id}: {expected}"):
+        load_edited(coco128, tmp_path, edit)
+
+
+def test_image_id_of_another_type_is_named_by_its_position(coco128: Path, tmp_path: Path):
+    def edit(content):
+        content["images"][4]["id"] = "5"
+    with pytest.raises(DatasetError, match="image entry #4: id must be an integer, got '5'"):
+        load_edited(coco128, tmp_path, edit)
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("bbox", [10, 10, float("inf"), 5], r"bbox .* four finite numbers, got \[10, 10, inf, 5\]"),
+    ("bbox", [10, 10, True, 5], r"bbox must be \[x, y, w, h\]"),
+    ("category_id", "1", "category_id must be an integer, got '1'"),
+    ("image_id", 3.5, "image_id must be an integer, got 3.5"),
+    ("iscrowd", "yes", "iscrowd must be 0 or 1, got 'yes'"),
+])
+def test_bad_annotation_entry_is_named_by_its_id(coco128: Path, tmp_path: Path, key, value,
+                                                 expected):
+    def edit(content):
+        content["annotations"][6][key] = value
+    ann_id = json.loads((coco128 / "annotations" / ALL_JSON).read_text())["annotations"][6]["id"]
+    with pytest.raises(DatasetError, match=f"annotation id {ann_id}: {expected}"):
+        load_edited(coco128, tmp_path, edit)
+
+
+def test_deeply_nested_annotation_json_is_one_line(coco128: Path, tmp_path: Path,
+                                                   sys_config: SystemConfig):
+    path = tmp_path / "deep.json"
+    depth = 100_000
+    path.write_text('{"images": [], "categories": [], "info": ' + "[" * depth + "]" * depth
+                    + "}")
+    with pytest.raises(DatasetError) as caught:
+        COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+    assert str(caught.value) == (f"{path}: JSON nested too deep to read; a COCO instances file "
+                                 f"nests objects a few levels deep")

@@ -16,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import tempfile
+import math
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from core.config import ConfigError, SystemConfig, lookup
+from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
 
 from .detection import DETECTION, DatasetError
 
@@ -44,7 +46,8 @@ class COCO(DETECTION):
         if sys_config is None:
             raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
         image_dir, annotation_file = self._split_files(split, sys_config)
-        self._load(image_dir, annotation_file, sys_config.cache_dir / "dbs")
+        self._load(image_dir, annotation_file, sys_config.cache_dir / "dbs",
+                   training=split == sys_config.train_split)
 
     def _split_files(self, split: str, sys_config: SystemConfig) -> tuple[Path, Path]:
         """(image folder, annotation json) of `split`."""
@@ -64,7 +67,8 @@ class COCO(DETECTION):
         lookup(annotation_files, split, "split")
         return sys_config.resolve(image_dirs[split]), sys_config.resolve(annotation_files[split])
 
-    def _load(self, image_dir: Path, annotation_file: Path, cache_dir: Path) -> None:
+    def _load(self, image_dir: Path, annotation_file: Path, cache_dir: Path,
+              training: bool) -> None:
         if not annotation_file.is_file():
             raise FileNotFoundError(f"annotation file not found: {annotation_file} "
                                     f"(split '{self._split}')")
@@ -77,6 +81,8 @@ class COCO(DETECTION):
             raise DatasetError(f"db.categories is {self._configs['categories']} but "
                                f"{annotation_file} has {len(categories)} categories; set "
                                f"db.categories to {len(categories)}")
+        if training:
+            _check_trainable(parsed, annotation_file, self._split)
         for message in parsed["problems"]:
             logger.warning(message)
 
@@ -88,13 +94,30 @@ class COCO(DETECTION):
         self._has_annotations = parsed["has_annotations"]
 
 
+def _check_trainable(parsed: dict, annotation_file: Path, split: str) -> None:
+    """The training split needs images and an annotations list (empty is allowed: COCO
+    files list every image, annotated or not, but a file without the key is a test set)."""
+    if not parsed["has_annotations"]:
+        raise DatasetError(f"{annotation_file}: no 'annotations' list, so the training split "
+                           f"'{split}' has no objects to learn; use an instances file with "
+                           f"annotations for system.train_split")
+    if not parsed["file_names"]:
+        raise DatasetError(f"{annotation_file}: no images, so the training split '{split}' "
+                           f"is empty; use a file that lists the training images")
+
+
 def _per_image(rows: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     """Split (M, D) rows into one (counts[i], D) array per image."""
     return np.split(rows, np.cumsum(counts)[:-1]) if len(counts) else []
 
 
 def _cached_parse(path: Path, cache_dir: Path) -> dict:
-    """The parsed annotation file, from `cache_dir` when the file is unchanged."""
+    """The parsed annotation file, from `cache_dir` when the file is unchanged.
+
+    A cache file that cannot be read as one of ours (truncated, another format or version) is
+    named in a warning, parsed again and replaced. A cache that cannot be written is named
+    too, and the run goes on without it.
+    """
     raw = path.read_bytes()
     stat = path.stat()
     key = hashlib.sha1(
@@ -104,37 +127,65 @@ def _cached_parse(path: Path, cache_dir: Path) -> dict:
     if cache_file.is_file():
         try:
             return _read_cache(cache_file)
-        except (OSError, ValueError, KeyError, EOFError) as err:
-            logger.warning("ignoring unreadable dataset cache %s (%s); parsing %s again",
-                           cache_file, err, path)
+        except _UNREADABLE as err:
+            logger.warning("ignoring unreadable dataset cache %s (%s: %s); parsing %s again",
+                           cache_file, type(err).__name__, err, path)
     parsed = parse_instances(raw, path)
-    _write_cache(cache_file, parsed)
+    try:
+        if cache_dir.is_dir():
+            remove_stale_temp_files(cache_dir)
+        _write_cache(cache_file, parsed)
+    except StorageError as err:
+        logger.warning("cannot write the dataset cache (%s); going on without it", err)
     return parsed
 
 
 _META_KEYS = ("file_names", "category_ids", "category_names", "has_annotations", "problems")
-_ARRAY_KEYS = ("image_ids", "boxes", "box_counts", "crowds", "crowd_counts")
+_ARRAY_KEYS = {"image_ids": (np.int64, 1), "boxes": (np.float32, 2),
+               "box_counts": (np.int64, 1), "crowds": (np.float32, 2),
+               "crowd_counts": (np.int64, 1)}
+# What reading a damaged or foreign .npz can raise (BadZipFile is no OSError or ValueError).
+_UNREADABLE = (OSError, ValueError, KeyError, EOFError, TypeError, zipfile.BadZipFile,
+               zlib.error)
 
 
 def _write_cache(cache_file: Path, parsed: dict) -> None:
-    """Write to a temporary file, then rename: readers see the whole file or none."""
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    """Write atomically with the permissions of any new file (see write_file_atomic)."""
     meta = json.dumps({key: parsed[key] for key in _META_KEYS})
-    fd, tmp = tempfile.mkstemp(dir=cache_file.parent, prefix=cache_file.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            np.savez(file, meta=np.array(meta), **{key: parsed[key] for key in _ARRAY_KEYS})
-        os.replace(tmp, cache_file)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    arrays = {key: parsed[key] for key in _ARRAY_KEYS}
+    write_file_atomic(cache_file, lambda file: np.savez(file, meta=np.array(meta), **arrays))
 
 
 def _read_cache(cache_file: Path) -> dict:
+    """A cache written by `_write_cache`; ValueError when it holds anything else."""
     with np.load(cache_file, allow_pickle=False) as arrays:
+        if set(arrays.files) != {"meta", *_ARRAY_KEYS}:
+            raise ValueError(f"holds {sorted(arrays.files)}")
         parsed = json.loads(str(arrays["meta"]))
-        parsed.update({key: arrays[key] for key in _ARRAY_KEYS})
+        if not isinstance(parsed, dict) or set(parsed) != set(_META_KEYS):
+            raise ValueError("its description is not one of ours")
+        for key, (dtype, ndim) in _ARRAY_KEYS.items():
+            parsed[key] = arrays[key]
+            if parsed[key].dtype != dtype or parsed[key].ndim != ndim:
+                raise ValueError(f"{key} is {parsed[key].dtype} with {parsed[key].ndim} axes")
+    images = len(parsed["file_names"])
+    if not (len(parsed["image_ids"]) == len(parsed["box_counts"]) == len(parsed["crowd_counts"])
+            == images and parsed["box_counts"].sum() == len(parsed["boxes"])
+            and parsed["crowd_counts"].sum() == len(parsed["crowds"])
+            and parsed["boxes"].shape[1] == 5 and parsed["crowds"].shape[1] == 4):
+        raise ValueError("its tables disagree in length")
     return parsed
+
+
+def _is_finite(value: object) -> bool:
+    """A JSON number that is not NaN or infinite (Python's json reads both); not a bool."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+def _integer(value: object, what: str, path: Path) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise DatasetError(f"{path}: {what} must be an integer, got {value!r}")
 
 
 def _require(entry: object, keys: tuple[str, ...], what: str, path: Path) -> None:
@@ -178,10 +229,18 @@ def parse_instances(raw: bytes, path: Path) -> dict:
                            f"{err.msg}") from None
     except UnicodeDecodeError as err:
         raise DatasetError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: JSON nested too deep to read; a COCO instances file "
+                           f"nests objects a few levels deep") from None
     _require(content, ("images", "categories"), "top level", path)
+    for key in ("images", "categories", "annotations"):
+        if not isinstance(content.get(key, []), list):
+            raise DatasetError(f"{path}: '{key}' must be a list, got "
+                               f"{type(content[key]).__name__}")
 
     for index, category in enumerate(content["categories"]):
         _require(category, ("id",), f"category entry #{index}", path)
+        _integer(category["id"], f"category entry #{index}: id", path)
     categories = sorted(content["categories"], key=lambda category: category["id"])
     category_ids = [int(category["id"]) for category in categories]
     if len(set(category_ids)) != len(category_ids):
@@ -191,9 +250,17 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     rows: dict[int, int] = {}
     sizes = []
     for index, image in enumerate(content["images"]):
-        _require(image, ("id", "file_name", "width", "height"),
-                 f"image id {image['id']}" if isinstance(image, dict) and "id" in image
-                 else f"image entry #{index}", path)
+        what = (f"image id {image['id']}" if isinstance(image, dict) and "id" in image
+                else f"image entry #{index}")
+        _require(image, ("id", "file_name", "width", "height"), what, path)
+        _integer(image["id"], f"image entry #{index}: id", path)
+        if not isinstance(image["file_name"], str) or not image["file_name"]:
+            raise DatasetError(f"{path}: {what}: file_name must be a non-empty string, got "
+                               f"{image['file_name']!r}")
+        for key in ("width", "height"):
+            if not (_is_finite(image[key]) and image[key] > 0):
+                raise DatasetError(f"{path}: {what}: {key} must be a positive number, got "
+                                   f"{image[key]!r}")
         if image["id"] in rows:
             raise DatasetError(f"{path}: image id {image['id']} appears twice")
         rows[image["id"]] = index
@@ -207,15 +274,20 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
                 else f"annotation entry #{index}")
         _require(ann, ("image_id", "bbox", "category_id"), what, path)
+        _integer(ann["image_id"], f"{what}: image_id", path)
+        _integer(ann["category_id"], f"{what}: category_id", path)
+        if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd", 0), float):
+            raise DatasetError(f"{path}: {what}: iscrowd must be 0 or 1, got "
+                               f"{ann['iscrowd']!r}")
         if ann["category_id"] not in coco2cls:
             raise DatasetError(f"{path}: {what}: unknown category id {ann['category_id']}; "
                                f"the file's categories are {category_ids}")
         if ann["image_id"] not in rows:
             raise DatasetError(f"{path}: {what}: unknown image id {ann['image_id']}")
         bbox = ann["bbox"]
-        if not (isinstance(bbox, list) and len(bbox) == 4
-                and all(isinstance(v, (int, float)) for v in bbox)):
-            raise DatasetError(f"{path}: {what}: bbox must be [x, y, w, h], got {bbox!r}")
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_is_finite, bbox))):
+            raise DatasetError(f"{path}: {what}: bbox must be [x, y, w, h], four finite "
+                               f"numbers, got {bbox!r}")
         row = rows[ann["image_id"]]
         width, height = sizes[row]
         x1, y1 = bbox[0], bbox[1]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from ..chunks import Deal
 from ..config import ConfigError, lookup
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
+from ..utils.files import write_atomic
 from .freeze import freeze, frozen_norms_to_eval
 from .running_stats import RunningStatsMerge
 
@@ -42,28 +42,6 @@ def build_model(system_config: Any, categories: int) -> nn.Module:
     name = system_config.model or system_config.snapshot_name
     module = importlib.import_module(lookup(MODELS, name, "model"))
     return module.model(categories=categories)
-
-
-def write_atomic(obj: Any, path: Path) -> None:
-    """torch.save to a temporary file beside `path`, fsync, then rename over it.
-
-    A crash at any moment leaves either the old file or the new one, never a torn one.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

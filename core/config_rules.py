@@ -1,0 +1,205 @@
+"""Rules a config must obey beyond key names and types: values that cannot be right.
+
+`core.config` checks that every key is known and of its type; the rules here check what the
+values mean, on the whole section with defaults filled in, so that a run is refused at load
+instead of failing hours later or, worse, running on nonsense:
+
+- counts, periods and sizes that must be positive (`max_iter: 0`, `input_size: [0, 511]`);
+- lists whose entries have a shape (`output_sizes` is a list of [height, width] pairs);
+- names used as path components (`snapshot_name`, the split keys) that must be plain names,
+  so that nothing is written outside the configured folders;
+- `check_model_fit`: input and output sizes that the chosen model can produce;
+- `config_difference`: what differs between a snapshot's config and the current one in the
+  settings that decide whether its weights load.
+Every failure is a ConfigError with one line naming the key, the value and what to do.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config file or value is wrong; the message says where and what to do."""
+
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+# Periods where 0 means "never" (display, validation); negative ones are mistakes.
+_PERIODS = ("display", "val_iter")
+_POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_crops",
+                "num_train_images", "num_val_images", "rand_scale_min", "rand_scale_max",
+                "rand_scale_step", "weight_exp")
+_NON_NEGATIVE_DB = ("border", "min_scale", "nms_threshold", "ae_threshold")
+_POSITIVE_LISTS = ("rand_scales", "test_scales", "init_sizes", "att_ratios", "att_nms_ks")
+_PATH_DICTS = ("image_dirs", "annotation_files")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_finite(section: str, key: str, value: Any, where: str) -> None:
+    """Numbers, also inside lists, must be finite: JSON readers accept NaN and Infinity."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where}: {section}.{key} must be a finite number, got {value}")
+    if isinstance(value, list):
+        for item in value:
+            check_finite(section, key, item, where)
+
+
+def check_plain_name(value: str, what: str, where: str) -> None:
+    """A name that becomes a folder or file name: letters, digits, '_', '.', '-'."""
+    if not NAME.match(value) or value in (".", ".."):
+        raise ConfigError(f"{where}: {what} '{value}' must be a plain name (letters, digits, "
+                          f"'_', '.', '-'; no '/', '..' or absolute path): it names a folder "
+                          f"under the configured cache and result folders")
+
+
+def check_system_rules(configs: dict, where: str) -> None:
+    """Rules of the system section; `configs` is the whole section, defaults filled in."""
+    if configs["max_iter"] < 1:
+        raise ConfigError(f"{where}: system.max_iter must be at least 1 (the last iteration "
+                          f"to train), got {configs['max_iter']}")
+    for key in _PERIODS:
+        if configs[key] < 0:
+            raise ConfigError(f"{where}: system.{key} must be 0 (never) or more, got "
+                              f"{configs[key]}")
+    if configs["weight_decay"] < 0:
+        raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
+                          f"{configs['weight_decay']}")
+    chunks = configs["chunk_sizes"]
+    if chunks is not None and not (chunks and all(
+            isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
+        raise ConfigError(f"{where}: system.chunk_sizes must be a non-empty list of positive "
+                          f"integers, got {chunks}")
+    if configs["snapshot_name"] is not None:
+        check_plain_name(configs["snapshot_name"], "system.snapshot_name", where)
+    for key in ("train_split", "val_split", "test_split"):
+        check_plain_name(configs[key], f"system.{key}", where)
+
+
+def _positive_int_pair(value: Any) -> bool:
+    return (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value))
+
+
+def check_db_rules(configs: dict, where: str) -> None:
+    """Rules of the db section; `configs` is the whole section, defaults filled in."""
+    if not _positive_int_pair(configs["input_size"]):
+        raise ConfigError(f"{where}: db.input_size must be [height, width], two positive "
+                          f"integers, got {configs['input_size']}")
+    for key in ("output_sizes", "att_sizes"):
+        if not configs[key] or not all(map(_positive_int_pair, configs[key])):
+            raise ConfigError(f"{where}: db.{key} must be a non-empty list of [height, width] "
+                              f"pairs of positive integers, got {configs[key]}")
+    ranges = configs["att_ranges"]
+    if not ranges or not all(isinstance(r, list) and len(r) == 2
+                             and all(_is_number(x) and x >= 0 for x in r) for r in ranges):
+        raise ConfigError(f"{where}: db.att_ranges must be a non-empty list of [low, high] "
+                          f"pairs of non-negative numbers, got {ranges}")
+    for key in _POSITIVE_LISTS:
+        value = configs[key]
+        if not value or not all(_is_number(v) and v > 0 for v in value):
+            raise ConfigError(f"{where}: db.{key} must be a non-empty list of positive numbers, "
+                              f"got {value}")
+    for key in _POSITIVE_DB:
+        if configs[key] <= 0:
+            raise ConfigError(f"{where}: db.{key} must be greater than 0, got {configs[key]}")
+    for key in _NON_NEGATIVE_DB:
+        if configs[key] < 0:
+            raise ConfigError(f"{where}: db.{key} must be 0 or more, got {configs[key]}")
+    for key in _PATH_DICTS:
+        paths = configs[key]
+        if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
+            raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
+                              f"string), got {paths}")
+
+
+# ------------------------------------------------------------------------------ model fit
+def _meta_model(model_name: str, categories: int) -> Any:
+    """The model with parameters on the meta device: shapes only, no memory, no compute."""
+    import torch
+
+    from core.nnet.py_factory import MODELS  # the registry; imported late, it pulls in torch
+
+    from .config import lookup
+
+    module = importlib.import_module(lookup(MODELS, model_name, "model"))
+    with torch.device("meta"):
+        return module.model(categories=categories)
+
+
+def _fitting_input(size: int, stride: int, multiple: int) -> list[int]:
+    """The input sizes nearest `size`, one below and one above, that the model can take,
+    in the original's form (511 for 128 output cells of stride 4)."""
+    below = max(multiple, (math.ceil(size / stride) // multiple) * multiple)
+    return sorted({below * stride - 1, (below + multiple) * stride - 1})
+
+
+def check_model_fit(model_name: str, db_configs: dict) -> None:
+    """Refuse input and output sizes the model `model_name` cannot produce.
+
+    The model's `pre` block downsamples the input by a stride (4 in CornerNet: 511 -> 128;
+    8 in Squeeze: 511 -> 64) and each of its hourglass's levels halves the map, so
+    input_size / stride (rounded up) must be a multiple of 2 ** levels; db.output_sizes[0]
+    must then be that map's size, and for attention models db.att_sizes the attention maps'.
+    Sizes are found by running the model on the meta device (about a second, no memory).
+    """
+    import torch
+
+    height, width = db_configs["input_size"]
+    model = _meta_model(model_name, db_configs["categories"])
+    with torch.no_grad():
+        levels = model.hg.hgs[0].n
+        multiple, probe = 2 ** levels, 2 ** (levels + 5)
+        stride = probe // model.hg.pre(torch.empty(1, 3, probe, probe, device="meta")).shape[-1]
+        for side, name in ((height, "height"), (width, "width")):
+            if math.ceil(side / stride) % multiple:
+                raise ConfigError(
+                    f"db.input_size {name} {side} does not fit model {model_name}: it "
+                    f"downsamples by {stride} and then halves {levels} times, so "
+                    f"input / {stride} (rounded up) must be a multiple of {multiple}; use "
+                    f"{' or '.join(map(str, _fitting_input(side, stride, multiple)))}")
+        try:
+            cnvs, merges = model.hg(torch.empty(1, 3, height, width, device="meta"))
+        except RuntimeError as err:
+            raise ConfigError(f"db.input_size {[height, width]} does not fit model "
+                              f"{model_name}: {err}") from None
+    produced = list(cnvs[-1].shape[-2:])
+    if db_configs["output_sizes"][0] != produced:
+        raise ConfigError(f"db.output_sizes[0] is {db_configs['output_sizes'][0]} but model "
+                          f"{model_name} turns input_size {[height, width]} into {produced} "
+                          f"(stride {stride}); set db.output_sizes to {[produced]}")
+    if model.with_att:
+        atts = [list(level.shape[-2:]) for level in merges[-1][model.up_start:]]
+        if db_configs["att_sizes"] != atts:
+            raise ConfigError(f"db.att_sizes is {db_configs['att_sizes']} but model "
+                              f"{model_name} makes attention maps of {atts} for input_size "
+                              f"{[height, width]}; set db.att_sizes to {atts}")
+
+
+# ------------------------------------------------------------------------ snapshot configs
+def _model_of(system: dict) -> str | None:
+    return system.get("model") or system.get("snapshot_name")
+
+
+def config_difference(saved: dict, current: dict) -> list[str]:
+    """What differs, in the settings that decide whether weights load, between a snapshot's
+    config `saved` and the run's `current` (both {"system": {...}, "db": {...}}).
+
+    Returns one readable line per difference, [] when the weights fit. Settings the snapshot
+    does not record are not compared.
+    """
+    differences = []
+    old, new = _model_of(saved.get("system", {})), _model_of(current.get("system", {}))
+    if old is not None and old != new:
+        differences.append(f"model: the snapshot holds {old}, this config builds {new}")
+    old, new = saved.get("db", {}).get("categories"), current.get("db", {}).get("categories")
+    if old is not None and old != new:
+        differences.append(f"db.categories: the snapshot was trained for {old} classes, this "
+                           f"config has {new}")
+    return differences

@@ -1,0 +1,305 @@
+"""Output files and the room they need: atomic writes, stale temp files, start-up checks.
+
+Every output (snapshot, dataset cache) is written to a temporary file beside its target, made
+durable and renamed over it, so a crash or a full disk leaves the previous file whole. The
+temporary name carries the writer's pid and start time, `.<name>.<pid>-<start>.tmp`, so a
+later run can tell the leftovers of a dead writer from a write in progress.
+
+The checks run before the long part of a run and fail with one line naming the folder, what is
+needed, what is there and what to do: `probe_writable`, `check_free_disk` (with
+`snapshot_bytes`) and `check_shm` (with `shm_need`). Free space is looked up through
+`disk_free`, which tests replace.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import torch
+
+from core.prefetch import is_alive, process_identity, ring_slots
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_TEMP = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)(?:-(?P<start>\d+))?\.tmp$")
+
+
+class StorageError(OSError):
+    """A file could not be written or a folder lacks room; str() is the one-line message."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(code, message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class NotWritable(StorageError):
+    """A folder or file cannot be written (permissions, read-only file system)."""
+
+
+class DiskFull(StorageError):
+    """The disk lacks room for a file (ENOSPC, EDQUOT), now or for the run ahead."""
+
+
+class ShmTooSmall(StorageError):
+    """/dev/shm has less room than the prefetch rings need."""
+
+
+def format_bytes(count: float) -> str:
+    """`count` bytes in binary units, as `docker --shm-size` counts them: '64.0 MiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(count) < 1024 or unit == "GiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    raise AssertionError("unreachable")
+
+
+def disk_free(folder: Path) -> int:
+    """Bytes an unprivileged process may still write on the file system holding `folder`
+    (or its nearest existing ancestor)."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    stat = os.statvfs(folder)
+    return stat.f_bavail * stat.f_frsize
+
+
+# ---------------------------------------------------------------------------------- writing
+def temp_path(path: Path) -> Path:
+    """The temporary file this process writes `path` through: `.<name>.<pid>-<start>.tmp`."""
+    pid, started = process_identity(os.getpid())
+    return path.with_name(f".{path.name}.{pid}-{started or 0}.tmp")
+
+
+class _FdWriter:
+    """A seekable binary writer over a raw descriptor that keeps the first OSError it raised.
+
+    Writers like torch.save turn a failed write into their own RuntimeError; `error` keeps
+    the cause (a full disk) so it can be reported as what it is.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data).cast("B")
+        try:
+            done = 0
+            while done < len(view):
+                done += os.write(self.fd, view[done:])
+        except OSError as err:
+            self.error = self.error or err
+            raise
+        return done
+
+    def read(self, size: int = -1) -> bytes:
+        """Write-only, like a file opened "wb" (whose `read` exists and refuses)."""
+        raise io.UnsupportedOperation("read")
+
+    def tell(self) -> int:
+        return os.lseek(self.fd, 0, os.SEEK_CUR)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return os.lseek(self.fd, offset, whence)
+
+    def seekable(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        """Writes go straight to the descriptor; nothing is buffered here."""
+
+
+def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Call `write(file)` on a temporary file beside `path`, fsync it, rename it over `path`.
+
+    The file gets the permissions of any new file (0666 less the umask). A crash at any
+    moment leaves the old file or the new one, never a torn one. Raises DiskFull when the
+    disk or quota is full and NotWritable for any other OSError, each naming `path`; the
+    previous `path` is then unchanged, and a failure to remove the temporary file is added to
+    the message, never put in the first error's place.
+    """
+    path = Path(path)
+    tmp = temp_path(path)
+    writer = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        writer = _FdWriter(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666))
+        try:
+            write(writer)
+            os.fsync(writer.fd)
+        finally:
+            os.close(writer.fd)
+        os.replace(tmp, path)
+        _fsync_folder(path.parent)
+    except BaseException as err:
+        cause = writer.error if writer is not None and writer.error is not None else err
+        leftover = _remove_quietly(tmp)
+        if isinstance(cause, OSError):
+            raise _write_error(path, cause, leftover) from err
+        raise
+
+
+def write_atomic(obj: Any, path: Path) -> None:
+    """torch.save `obj` to `path` through `write_file_atomic`."""
+    write_file_atomic(path, lambda file: torch.save(obj, file))
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: Path) -> str:
+    """Remove `path` if it exists; a failure is returned as text, never raised."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as err:
+        return f"; the partial file {path} could not be removed ({err.strerror}), delete it"
+    return ""
+
+
+def _write_error(path: Path, err: OSError, leftover: str) -> StorageError:
+    if err.errno in _FULL:
+        return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); the "
+                        f"previous file is unchanged; free some space or set "
+                        f"system.cache_dir to another disk{leftover}", err.errno)
+    return NotWritable(f"cannot write {path}: {err.strerror or err}{leftover}", err.errno)
+
+
+def _free_text(folder: Path) -> str:
+    try:
+        return f"{format_bytes(disk_free(folder))} free there"
+    except OSError:
+        return "free space unknown"
+
+
+def remove_stale_temp_files(folder: Path) -> list[Path]:
+    """Remove the temporary files in `folder` (not below it) whose writer is dead.
+
+    A writer counts as dead when its pid is gone or now belongs to a process that started at
+    another time. Files whose name carries no pid, or whose writer lives, are kept (a
+    concurrent run may be writing them). Returns the removed paths, sorted.
+    """
+    removed = []
+    for path in sorted(Path(folder).glob(".*.tmp")):
+        match = _TEMP.match(path.name)
+        if match is None or not path.is_file():
+            continue
+        writer = (int(match["pid"]), match["start"] or "")
+        if writer[1] == "0":  # written where /proc was unreadable: judge by the pid alone
+            writer = (writer[0], "")
+        if is_alive(writer):
+            continue
+        path.unlink(missing_ok=True)
+        removed.append(path)
+    return removed
+
+
+# ------------------------------------------------------------------------- start-up checks
+def probe_writable(folder: Path, setting: str = "the configured folder") -> None:
+    """Create `folder` if needed and write, sync and remove a probe file in it.
+
+    Raises NotWritable (one line naming the folder, the reason and `setting`, the config key
+    that chose it) and DiskFull when not even the probe fits.
+    """
+    folder = Path(folder)
+    probe = folder / f".write-probe.{os.getpid()}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            os.write(fd, b"probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as err:
+        leftover = _remove_quietly(probe)
+        if err.errno in _FULL:
+            raise DiskFull(f"disk full: cannot write in {folder}; free some space or point "
+                           f"{setting} at another disk{leftover}", err.errno) from None
+        raise NotWritable(f"cannot write in {folder} ({err.strerror or err}); make it "
+                          f"writable or point {setting} at a folder you can write to"
+                          f"{leftover}", err.errno) from None
+
+
+def snapshot_bytes(num_params: int, with_optimizer_state: bool) -> int:
+    """Upper estimate of one snapshot's size for `num_params` float32 parameters.
+
+    The optimizer state counts as two tensors per parameter (Adam's moments; SGD keeps at
+    most one); 1 MiB plus 1 % covers buffers, the config, RNG states and the container.
+    """
+    tensors = 3 if with_optimizer_state else 1
+    return int(4 * num_params * tensors * 1.01) + 2 ** 20
+
+
+def check_free_disk(folder: Path, need_bytes: int, what: str = "two snapshots",
+                    setting: str = "system.cache_dir") -> None:
+    """Raise DiskFull unless the disk holding `folder` has `need_bytes` free."""
+    free = disk_free(folder)
+    if free < need_bytes:
+        raise DiskFull(f"not enough free disk in {folder}: {what} need {format_bytes(need_bytes)}"
+                       f", {format_bytes(free)} free; free some space or point {setting} at "
+                       f"another disk")
+
+
+# ----------------------------------------------------------------------- shared memory
+def image_bytes(db_config: dict, sampling_function: str) -> int:
+    """Bytes one image takes in a batch slot (the batch contract in core/sample/__init__.py).
+
+    cornernet: the (H, W, 3) uint8 crop, the (3, 4) float32 colour affine, M boxes (float32
+    x4) with their int64 classes and the int64 object count, M = db.max_objects.
+    cornernet_saccade adds as many ignore boxes, classes and a count, and (S, M) int64
+    attention cells, S = len(db.att_sizes).
+    """
+    height, width = db_config["input_size"]
+    slots = db_config["max_objects"]
+    records = 3 * 4 * 4 + slots * (4 * 4 + 8) + 8
+    if sampling_function == "cornernet_saccade":
+        records += slots * (4 * 4 + 8) + 8 + len(db_config["att_sizes"]) * slots * 8
+    return height * width * 3 + records
+
+
+def shm_need(system_config: Any, db_config: dict, workers: int,
+             batch_size: int | None = None) -> int:
+    """Bytes of /dev/shm the prefetch rings of one process take.
+
+    The training ring has `workers * ring_slots(prefetch_size, workers, "train")` slots of
+    one batch each, the validation ring (when val_iter > 0) one worker's slots. `batch_size`
+    is the process's share (default: the whole batch, which is also what all processes of a
+    run on one machine take together, since their shares add up to it).
+    """
+    per_batch = (batch_size or system_config.batch_size) * image_bytes(
+        db_config, system_config.sampling_function)
+    prefetch = system_config.prefetch_size
+    slots = workers * ring_slots(prefetch, workers, "train")
+    if system_config.val_iter:
+        slots += ring_slots(prefetch, 1, "val")
+    return slots * per_batch
+
+
+def check_shm(need: int, path: Path | str = "/dev/shm") -> None:
+    """Raise ShmTooSmall unless `path` has `need` bytes free; nothing to check without it."""
+    if not Path(path).is_dir():
+        return
+    free = disk_free(Path(path))
+    if free >= need:
+        return
+    size = 64 * math.ceil(need * 1.25 / 2 ** 26)  # a Docker size with room for the rest
+    raise ShmTooSmall(f"the prefetch rings need {format_bytes(need)} of shared memory but {path} "
+                      f"has {format_bytes(free)} free; use fewer --workers, a smaller "
+                      f"system.prefetch_size, or more shared memory (Docker: "
+                      f"--shm-size={size}m)", errno.ENOSPC)
+

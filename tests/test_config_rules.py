@@ -1,0 +1,225 @@
+"""core.config_rules: values that cannot be right are refused at load, in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.config import CONFIG_DIR, ConfigError, SystemConfig, check_db_config, load_config
+from core.config_rules import check_model_fit, config_difference
+
+
+def one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("value", [-5, 0])
+def test_max_iter_below_one_is_refused(value):
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config({"max_iter": value})
+    assert one_line(caught) == (f"system config: system.max_iter must be at least 1 (the last "
+                                f"iteration to train), got {value}")
+
+
+@pytest.mark.parametrize("key", ["display", "val_iter"])
+def test_periods_may_be_zero_but_not_negative(key):
+    assert getattr(SystemConfig().update_config({key: 0}), key) == 0
+    with pytest.raises(ConfigError, match=f"system.{key} must be 0 \\(never\\) or more, got -1"):
+        SystemConfig().update_config({key: -1})
+
+
+@pytest.mark.parametrize("key", ["snapshot", "stepsize", "batch_size", "prefetch_size"])
+def test_counts_that_divide_must_be_positive(key):
+    with pytest.raises(ConfigError, match=f"system.{key} must be greater than 0, got 0"):
+        SystemConfig().update_config({key: 0})
+
+
+def test_a_refused_update_leaves_the_config_as_it_was():
+    config = SystemConfig().update_config({"max_iter": 7})
+    with pytest.raises(ConfigError):
+        config.update_config({"max_iter": 0})
+    assert config.max_iter == 7
+
+
+@pytest.mark.parametrize("chunks", [[0, 4], [2.5, 1.5], []])
+def test_chunk_sizes_are_positive_integers(chunks):
+    with pytest.raises(ConfigError, match="chunk_sizes must be a non-empty list of positive"):
+        SystemConfig().update_config({"batch_size": 4, "chunk_sizes": chunks})
+
+
+@pytest.mark.parametrize("name", ["../../x", "/abs/path", "a/b", "..", ".hidden", "a b"])
+def test_snapshot_name_must_be_a_plain_name(name):
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config({"snapshot_name": name})
+    assert f"system.snapshot_name '{name}' must be a plain name" in one_line(caught)
+
+
+def test_plain_names_pass():
+    config = SystemConfig().update_config({"snapshot_name": "CornerNet_Tiny-2.1",
+                                           "test_split": "val2017"})
+    assert config.snapshot_dir.name == "CornerNet_Tiny-2.1"
+
+
+def test_split_keys_must_be_plain_names_they_become_result_folders():
+    with pytest.raises(ConfigError, match="system.test_split '../up' must be a plain name"):
+        SystemConfig().update_config({"test_split": "../up"})
+
+
+@pytest.mark.parametrize("value, expected", [
+    (float("nan"), "system.learning_rate must be a finite number, got nan"),
+    (float("inf"), "system.learning_rate must be a finite number, got inf"),
+])
+def test_non_finite_numbers_are_refused(value, expected):
+    with pytest.raises(ConfigError, match=expected):
+        SystemConfig().update_config({"learning_rate": value})
+
+
+def test_nan_in_a_config_file_is_refused_naming_the_file(tmp_path):
+    (tmp_path / "Bad.json").write_text('{"system": {"learning_rate": NaN}}')
+    with pytest.raises(ConfigError, match=r"Bad\.json: system\.learning_rate must be a finite"):
+        load_config("Bad", tmp_path)
+
+
+def test_deeply_nested_config_is_one_line(tmp_path):
+    depth = 100_000
+    (tmp_path / "Deep.json").write_text('{"system": {"x": ' + "[" * depth + "]" * depth + "}}")
+    with pytest.raises(ConfigError) as caught:
+        load_config("Deep", tmp_path)
+    assert one_line(caught) == (f"{tmp_path / 'Deep.json'}: JSON nested too deep to read; a "
+                                f"config is two levels of objects holding values and short "
+                                f"lists")
+
+
+@pytest.mark.parametrize("size", [[0, 511], [511, -1], [511], [511.0, 511], ["511", 511]])
+def test_input_size_is_two_positive_integers(size):
+    with pytest.raises(ConfigError, match=r"db.input_size must be \[height, width\], two "
+                                          r"positive integers"):
+        check_db_config({"input_size": size})
+
+
+@pytest.mark.parametrize("sizes", [[[0, 128]], [], [128, 128], [[128, 128, 3]]])
+def test_output_sizes_are_pairs_of_positive_integers(sizes):
+    with pytest.raises(ConfigError, match=r"db.output_sizes must be a non-empty list of "
+                                          r"\[height, width\]"):
+        check_db_config({"output_sizes": sizes})
+
+
+@pytest.mark.parametrize("key, value", [("test_scales", []), ("test_scales", [1, 0]),
+                                        ("rand_scales", [-0.5]), ("att_ratios", [16, 0])])
+def test_scale_lists_hold_positive_numbers(key, value):
+    with pytest.raises(ConfigError, match=f"db.{key} must be a non-empty list of positive"):
+        check_db_config({key: value})
+
+
+@pytest.mark.parametrize("key", ["top_k", "num_dets", "max_per_image", "num_train_images"])
+def test_db_counts_must_be_positive(key):
+    with pytest.raises(ConfigError, match=f"db.{key} must be greater than 0, got 0"):
+        check_db_config({key: 0})
+
+
+def test_image_dirs_map_split_keys_to_paths():
+    with pytest.raises(ConfigError, match="db.image_dirs must map each split key to a path"):
+        check_db_config({"image_dirs": {"train": {"deep": "x"}}})
+
+
+def test_every_shipped_config_passes_the_rules():
+    for path in sorted(CONFIG_DIR.glob("*.json")):
+        load_config(path.stem)
+
+
+# --------------------------------------------------------------------------------- model fit
+def tiny(**db) -> dict:
+    return check_db_config({"categories": 4, "input_size": [127, 127],
+                            "output_sizes": [[32, 32]], **db})
+
+
+def test_sizes_that_fit_the_model_pass():
+    check_model_fit("CornerNet_Tiny", tiny())
+    check_model_fit("CornerNet_Tiny", tiny(input_size=[128, 64], output_sizes=[[32, 16]]))
+
+
+def test_output_size_of_another_stride_names_the_right_value():
+    with pytest.raises(ConfigError) as caught:
+        check_model_fit("CornerNet_Tiny", tiny(output_sizes=[[16, 16]]))
+    assert one_line(caught) == ("db.output_sizes[0] is [16, 16] but model CornerNet_Tiny turns "
+                                "input_size [127, 127] into [32, 32] (stride 4); set "
+                                "db.output_sizes to [[32, 32]]")
+
+
+def test_input_size_the_hourglass_cannot_take_names_the_nearest_sizes():
+    with pytest.raises(ConfigError) as caught:
+        check_model_fit("CornerNet_Tiny", tiny(input_size=[127, 100]))
+    assert one_line(caught) == ("db.input_size width 100 does not fit model CornerNet_Tiny: it "
+                                "downsamples by 4 and then halves 3 times, so input / 4 "
+                                "(rounded up) must be a multiple of 8; use 95 or 127")
+    for fitting in (95, 127):
+        check_model_fit("CornerNet_Tiny", tiny(input_size=[127, fitting],
+                                               output_sizes=[[32, (fitting + 1) // 4]]))
+
+
+def test_squeeze_has_stride_eight():
+    db = check_db_config({"input_size": [500, 511], "output_sizes": [[64, 64]]})
+    with pytest.raises(ConfigError, match="downsamples by 8 and then halves 4 times, so input "
+                                          "/ 8 .* multiple of 16; use 383 or 511"):
+        check_model_fit("CornerNet_Squeeze", db)
+
+
+def test_attention_sizes_must_be_the_saccade_maps():
+    db = check_db_config({"input_size": [255, 255], "output_sizes": [[64, 64]],
+                          "att_sizes": [[8, 8], [16, 16], [32, 32]]})
+    with pytest.raises(ConfigError, match=r"att_sizes is \[\[8, 8\], \[16, 16\], \[32, 32\]\] "
+                                          r"but model CornerNet_Saccade makes attention maps of "
+                                          r"\[\[16, 16\], \[32, 32\], \[64, 64\]\]"):
+        check_model_fit("CornerNet_Saccade", db)
+
+
+def test_unknown_model_lists_the_valid_ones():
+    with pytest.raises(ConfigError, match="unknown model 'CornerNet_Huge'; valid model names"):
+        check_model_fit("CornerNet_Huge", tiny())
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
+def test_shipped_configs_fit_their_models(name):
+    system, db = load_config(name)
+    check_model_fit(system.model or system.snapshot_name, db)
+
+
+# ------------------------------------------------------------------------ snapshot configs
+def configs(model: str | None = "CornerNet_Tiny", categories: int = 4,
+            snapshot_name: str = "Tiny") -> dict:
+    return {"system": {"model": model, "snapshot_name": snapshot_name, "batch_size": 8},
+            "db": {"categories": categories, "input_size": [127, 127]}}
+
+
+def test_same_model_and_classes_differ_in_nothing_that_matters():
+    other = configs()
+    other["system"]["batch_size"], other["db"]["input_size"] = 2, [255, 255]
+    assert config_difference(configs(), other) == []
+
+
+def test_another_class_count_is_named_with_both_numbers():
+    assert config_difference(configs(categories=80), configs(categories=4)) == [
+        "db.categories: the snapshot was trained for 80 classes, this config has 4"]
+
+
+def test_another_model_is_named_also_when_chosen_by_the_config_name():
+    saved = configs(model=None, snapshot_name="CornerNet_Squeeze", categories=80)
+    assert config_difference(saved, configs()) == [
+        "model: the snapshot holds CornerNet_Squeeze, this config builds CornerNet_Tiny",
+        "db.categories: the snapshot was trained for 80 classes, this config has 4"]
+
+
+def test_settings_the_snapshot_does_not_record_are_not_compared():
+    assert config_difference({"system": {}}, configs()) == []
+
+
+def test_config_difference_reads_a_real_config_pair():
+    system, db = load_config("CornerNet_Tiny")
+    saved = json.loads(json.dumps({"system": system.full, "db": db}))
+    saved["db"]["categories"] = 80
+    expected = (f"db.categories: the snapshot was trained for 80 classes, this config has "
+                f"{db['categories']}")
+    assert config_difference(saved, {"system": system.full, "db": db}) == [expected]
