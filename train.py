@@ -27,6 +27,7 @@ from tqdm import tqdm
 from core import snapshots
 from core.chunks import deal, rank_config
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup
+from core.config_rules import check_model_fit
 from core.dbs import DatasetError, datasets
 from core.dry_run import dry_run
 from core.evaluation import Evaluator
@@ -47,6 +48,17 @@ from core.steps import TrainStep, validate
 from core.stop import StopRequest, agree
 from core.utils import dist as dist_utils
 from core.utils import launch
+from core.utils.files import (
+    DiskFull,
+    StorageError,
+    check_free_disk,
+    check_shm,
+    probe_writable,
+    remove_stale_temp_files,
+    shm_need,
+    snapshot_bytes,
+)
+from core.utils.images import ImageReadError
 
 
 def iteration_arg(text: str) -> str:
@@ -106,11 +118,18 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
     forking."""
     dataset = lookup(datasets, system_config.dataset, "dataset")
     make_db = functools.partial(dataset, db_config, sys_config=system_config)
+    if rank == 0:  # an unwritable or full cache is found now, not at the first snapshot
+        probe_writable(system_config.snapshot_dir, "system.cache_dir")
+        for path in remove_stale_temp_files(system_config.snapshot_dir):
+            log(f"removed {path.name}, left by an interrupted snapshot write")
     training_db = make_db(split=system_config.train_split)
     share = deal(system_config, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
                           share=share)
+    if rank == 0:
+        params = sum(p.numel() for p in nnet.model.parameters())
+        check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
     log("system config:\n" + pprint.pformat(system_config.full))
     log("db config:\n" + pprint.pformat(training_db.configs))
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
@@ -235,8 +254,10 @@ def describe(err: BaseException) -> tuple[int, str]:
     A user's mistake is one line (status 2); a failure at run time names the exception, and
     where it is not self-explanatory the traceback follows (status 1).
     """
-    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError)):
+    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError, ImageReadError)):
         return 2, str(err)
+    if isinstance(err, StorageError):  # a full disk mid-run is a failure; the rest is set-up
+        return (1 if isinstance(err, DiskFull) else 2), str(err)
     if isinstance(err, NonFiniteLoss) and hasattr(err, "skipped"):
         bad, recent = err.skipped
         return 1, (f"iteration {err.iteration}: {bad} of the last {recent} steps had a non-finite "
@@ -289,23 +310,31 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         dist_utils.cleanup()
 
 
-def preflight(args, procs: int) -> None:
-    """Find config and data mistakes before any process starts: the settings, the deal of the
-    batch to every process, what the device can run, and the training split."""
+def preflight(args, procs: int, data: bool = True) -> None:
+    """Find mistakes before any process starts: the settings, the deal of the batch to every
+    process, what the device can run, sizes the model cannot take, /dev/shm for the prefetch
+    rings of this node and (with `data`) the training split."""
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
-    for rank in range(world):
-        deal(system_config, rank, world)
+    shares = [deal(system_config, rank, world) for rank in range(world)]
     check_runtime(system_config, torch.device(args.device) if args.device else default_device())
-    dataset = lookup(datasets, system_config.dataset, "dataset")
-    dataset(db_config, split=system_config.train_split, sys_config=system_config)
+    check_model_fit(system_config.model or system_config.snapshot_name, db_config)
+    node = shares[args.rank * procs:(args.rank + 1) * procs]
+    check_shm(shm_need(system_config, db_config, args.workers,
+                       batch_size=sum(share.local_batch for share in node)))
+    if data:
+        dataset = lookup(datasets, system_config.dataset, "dataset")
+        dataset(db_config, split=system_config.train_split, sys_config=system_config)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.distributed or dist_utils.launched_by_torchrun():
+    if dist_utils.launched_by_torchrun():
         return run(0, 1, args)
     try:
+        if not args.distributed:  # the run itself reads the data next, in one line on error
+            preflight(args, 1, data=False)
+            return run(0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
         procs = dist_utils.procs_per_node(args.procs_per_node)
@@ -315,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "one node")
             args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
-    except (ConfigError, DatasetError) as err:
+    except (ConfigError, DatasetError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return launch.spawn(run, procs, args, first_rank=args.rank * procs)

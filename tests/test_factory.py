@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from core.config import SystemConfig, check_db_config
+from core.config import ConfigError, SystemConfig, check_db_config
 from core.nnet.py_factory import NetworkFactory
 
 
@@ -36,8 +36,15 @@ def test_plain_state_dict_of_another_model_is_rejected_naming_keys(tmp_path):
     path = target.system_config.snapshot_file(5)
     path.parent.mkdir(parents=True)
     torch.save({"module.backbone.weight": torch.zeros(1)}, path)
-    with pytest.raises(RuntimeError, match="unexpected keys \\['backbone.weight'\\]"):
+    with pytest.raises(ConfigError, match="does not fit this config.*unexpected keys "
+                                          "\\['backbone.weight'\\]"):
         target.load_params(5)
+
+
+def test_snapshot_of_another_class_count_says_what_differs(tmp_path):
+    factory(tmp_path, categories=80).save_params(3)
+    with pytest.raises(ConfigError, match="trained for 80 classes, this config has 4"):
+        factory(tmp_path, categories=4).load_params(3)
 
 
 def test_pretrained_weights_skip_heads_of_another_class_count(tmp_path):

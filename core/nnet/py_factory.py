@@ -12,6 +12,7 @@ from torch import nn
 
 from ..chunks import Deal
 from ..config import ConfigError, lookup
+from ..config_rules import config_difference
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
 from ..utils.files import write_atomic
@@ -279,8 +280,15 @@ class NetworkFactory:
                                     f"exist; available: {', '.join(p.name for p in have) or 'none'}")
         snapshot = _load(path)
         if snapshot.get("format") != SNAPSHOT_FORMAT:
-            load_original_state_dict(self.model, snapshot)
+            try:
+                load_original_state_dict(self.model, snapshot)
+            except RuntimeError as err:
+                raise ConfigError(f"{path} does not fit this config: {err}") from None
             return {"iteration": iteration}
+        differences = config_difference(snapshot.get("config", {}), {
+            "system": _plain(self.system_config.full), "db": _plain(self.db_configs)})
+        if differences:
+            raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
         self.model.load_state_dict(snapshot["model"])
         if model_only:
             return snapshot
