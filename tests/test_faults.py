@@ -222,3 +222,19 @@ def test_json_nested_too_deep_is_one_line(tmp_path, coco128):
     path = config_dir / f"{NAME}.json"
     path.write_text(path.read_text()[:-2] + ', "deep": ' + "[" * 100000 + "]" * 100000 + "}")
     one_line_error(run_train(config_dir), f"{NAME}.json")
+
+
+def test_a_second_ctrl_c_stops_at_once_quietly(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
+    run = Training(config_dir)
+    try:
+        run.wait_for(r"iteration 2: loss")
+        tree = set(run.seen)
+        run.proc.send_signal(signal.SIGINT)
+        run.proc.send_signal(signal.SIGINT)
+        code, seconds, output = run.finish(timeout=30)
+    finally:
+        run.kill()
+    assert code == 128 + signal.SIGINT
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    assert not wait_gone(tree, 10)
