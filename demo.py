@@ -17,8 +17,8 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
+from core.inference import test_func
 from core.nnet.py_factory import NetworkFactory
-from core.test import test_func
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 

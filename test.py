@@ -18,9 +18,9 @@ from tqdm import tqdm
 
 from core.config import CONFIG_DIR, ConfigError, config_path, load_config, lookup
 from core.dbs import DatasetError, datasets
+from core.inference import test_func
+from core.inference.coco_eval import BACKENDS, save_and_evaluate
 from core.nnet.py_factory import NetworkFactory
-from core.test import test_func
-from core.test.coco_eval import BACKENDS, save_and_evaluate
 from core.utils.images import ImageReadError
 from core.utils.vis import save_detections
 

@@ -26,9 +26,9 @@ import torch
 
 from core.config import check_db_config, load_config
 from core.dbs import datasets
+from core.inference.cornernet import cornernet_inference
 from core.models.py_utils.decode import decode
 from core.nnet.py_factory import NetworkFactory
-from core.test.cornernet import cornernet_inference
 
 ROOT = Path(__file__).resolve().parents[1]
 

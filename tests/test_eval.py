@@ -8,9 +8,9 @@ import torch
 
 from core.config import SystemConfig, check_db_config
 from core.dbs import COCO
-from core.test import cornernet_saccade as saccade
-from core.test.coco_eval import METRIC_NAMES, save_and_evaluate, to_coco_results
-from core.test.cornernet import (
+from core.inference import cornernet_saccade as saccade
+from core.inference.coco_eval import METRIC_NAMES, save_and_evaluate, to_coco_results
+from core.inference.cornernet import (
     cornernet_inference,
     flip_back,
     map_to_image,

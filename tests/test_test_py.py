@@ -12,8 +12,8 @@ import torch
 
 from core.config import load_config
 from core.dbs import datasets
+from core.inference.coco_eval import METRIC_NAMES
 from core.nnet.py_factory import NetworkFactory
-from core.test.coco_eval import METRIC_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,14 +29,25 @@ def network_input(images: np.ndarray, mean: np.ndarray, std: np.ndarray,
     Args:
         images: (B, H, W, 3) uint8 BGR.
         mean, std: (3,) float32 BGR, in units of 1/255 of the pixel range.
-        device: where the network runs; the uint8 batch travels, the float one is made there.
+        device: where the network runs; on a GPU the uint8 batch travels and the float one is
+            made there, on the CPU a 256-entry table per channel maps the pixels.
 
     Returns:
-        (B, 3, H, W) float32 `(images / 255 - mean) / std` on `device`.
+        (B, 3, H, W) float32 `(images / 255 - mean) / std` on `device`, in channels-last
+        memory layout (strides of the (B, H, W, 3) array).
     """
+    mean_t = torch.as_tensor(mean, dtype=torch.float32)
+    std_t = torch.as_tensor(std, dtype=torch.float32)
+    if torch.device(device).type == "cpu":
+        # Every value is one of 256 per channel: computed once, elementwise exactly as below.
+        table = ((torch.arange(256, dtype=torch.float32)[:, None] / 255 - mean_t) / std_t)
+        batch, height, width, _ = images.shape
+        pixels = cv2.LUT(np.ascontiguousarray(images).reshape(batch * height, width, 3),
+                         table.numpy()[None])
+        return torch.from_numpy(pixels.reshape(images.shape)).permute(0, 3, 1, 2)
     batch = torch.from_numpy(np.ascontiguousarray(images)).to(device).permute(0, 3, 1, 2)
-    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
-    std_t = torch.as_tensor(std, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+    mean_t = mean_t.to(batch.device).view(1, 3, 1, 1)
+    std_t = std_t.to(batch.device).view(1, 3, 1, 1)
     return (batch.float() / 255 - mean_t) / std_t
 
 
@@ -137,10 +148,19 @@ def per_class_nms(dets: np.ndarray, categories: int, max_per_image: int,
         order soft-NMS picked them.
     """
     dets = dets[dets[:, 4] > -1]
-    classes = dets[:, 7].astype(np.int64)
+    # One stable sort groups the rows by class in their original order; empty classes cost
+    # nothing.
+    dets = dets[np.argsort(dets[:, 7], kind="stable")]
+    classes, starts = np.unique(dets[:, 7].astype(np.int64), return_index=True)
+    bounds = dict(zip(classes.tolist(), zip(starts.tolist(), [*starts[1:].tolist(), len(dets)])))
+    empty = np.zeros((0, 5), dtype=np.float32)
     top_bboxes = {}
     for j in range(categories):
-        _, kept = soft_nms(dets[classes == j, 0:7], **nms_kwargs)
+        if j not in bounds:
+            top_bboxes[j + 1] = empty
+            continue
+        begin, end = bounds[j]
+        _, kept = soft_nms(dets[begin:end, 0:7], **nms_kwargs)
         top_bboxes[j + 1] = kept[:, 0:5]
 
     scores = np.concatenate([b[:, 4] for b in top_bboxes.values()])
