@@ -9,7 +9,7 @@ import torch
 from core.config import SystemConfig, check_db_config
 from core.dbs import COCO
 from core.inference import cornernet_saccade as saccade
-from core.inference.coco_eval import METRIC_NAMES, save_and_evaluate, to_coco_results
+from core.inference.coco_eval import METRIC_NAMES, score, to_coco_results
 from core.inference.cornernet import (
     cornernet_inference,
     flip_back,
@@ -44,7 +44,7 @@ def perfect_predictions(db):
 @pytest.mark.parametrize("backend", ["faster", "pycocotools"])
 def test_perfect_predictions_score_ap_one(coco128, tmp_path, backend):
     db = coco_db(coco128, tmp_path)
-    metrics = save_and_evaluate(db, perfect_predictions(db), tmp_path / "out", backend=backend)
+    metrics = score(db, perfect_predictions(db), tmp_path / "out", backend=backend)
     assert metrics["AP"] == pytest.approx(1.0)
     assert metrics["AP50"] == pytest.approx(1.0) and metrics["AR100"] == pytest.approx(1.0)
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -60,7 +60,7 @@ def test_swapping_two_classes_lowers_ap(coco128, tmp_path, backend):
     person, car = db.coco2cls(1), db.coco2cls(3)
     for per_class in top_bboxes.values():
         per_class[person], per_class[car] = per_class[car], per_class[person]
-    metrics = save_and_evaluate(db, top_bboxes, tmp_path, backend=backend)
+    metrics = score(db, top_bboxes, tmp_path, backend=backend)
     assert metrics["AP"] < 0.99
 
 
@@ -78,7 +78,7 @@ def test_wrong_mapping_in_the_dataset_lowers_ap(coco128, tmp_path, monkeypatch):
     top_bboxes = perfect_predictions(db)
     ids = db.class_ids
     monkeypatch.setattr(db, "cls2coco", lambda cls: ids[cls % len(ids)])
-    assert save_and_evaluate(db, top_bboxes, tmp_path)["AP"] == pytest.approx(0.0)
+    assert score(db, top_bboxes, tmp_path)["AP"] == pytest.approx(0.0)
 
 
 def test_images_without_detections_count_as_misses(coco128, tmp_path):
@@ -86,10 +86,10 @@ def test_images_without_detections_count_as_misses(coco128, tmp_path):
     top_bboxes = perfect_predictions(db)
     first = db.image_id(db.db_inds[0])
     top_bboxes[first] = {cls: np.zeros((0, 5)) for cls in range(1, db.num_classes + 1)}
-    metrics = save_and_evaluate(db, top_bboxes, tmp_path)
+    metrics = score(db, top_bboxes, tmp_path)
     assert 0.5 < metrics["AR100"] < 1.0
     empty = {image_id: {} for image_id in top_bboxes}
-    assert save_and_evaluate(db, empty, tmp_path)["AP"] == 0.0
+    assert score(db, empty, tmp_path)["AP"] == 0.0
 
 
 def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys):
@@ -101,7 +101,7 @@ def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys
                "annotation_files": {"testdev": str(tmp_path / "testdev.json")}},
               split="testdev", sys_config=system)
     top_bboxes = {db.image_id(0): {1: np.array([[1, 2, 11, 32, 0.5]])}}
-    assert save_and_evaluate(db, top_bboxes, tmp_path / "out") is None
+    assert score(db, top_bboxes, tmp_path / "out") is None
     assert "evaluation skipped" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "out" / "results.json").read_text())) == 1
     assert not (tmp_path / "out" / "metrics.json").exists()

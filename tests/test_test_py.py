@@ -65,8 +65,8 @@ def test_test_py_writes_results_and_finite_metrics(tiny_coco):
     metrics = json.loads((out / "metrics.json").read_text())["metrics"]
     assert list(metrics) == list(METRIC_NAMES)
     assert all(math.isfinite(v) and -1 <= v <= 1 for v in metrics.values())
-    pictures = sorted(p.name for p in (out / "debug").iterdir())
-    assert len(pictures) == 2 and cv2.imread(str(out / "debug" / pictures[0])) is not None
+    pictures = sorted(p.name for p in (out / "vis").iterdir())
+    assert len(pictures) == 2 and cv2.imread(str(out / "vis" / pictures[0])) is not None
 
 
 def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
