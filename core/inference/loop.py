@@ -206,7 +206,8 @@ def _decode_clock(nnet: Any, timer: StageTimer) -> Iterator[None]:
     The last corner head (br_offs of the last stack) finishes the network; the model's forward
     returns after decoding. Models without those heads are timed as "network" only.
     """
-    model = getattr(nnet.model, "module", nnet.model)
+    model = getattr(nnet, "model", None)
+    model = getattr(model, "module", model)
     heads = getattr(model, "br_offs", None)
     if heads is None:
         yield
