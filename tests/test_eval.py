@@ -17,6 +17,7 @@ from core.inference.cornernet import (
     per_class_nms,
     resize_and_pad,
 )
+from core.inference.soft_nms import soft_nms
 
 BOX = [20.0, 10.0, 60.0, 50.0]  # x1, y1, x2, y2 in a 100 x 200 (H x W) image
 
@@ -90,6 +91,23 @@ def test_images_without_detections_count_as_misses(coco128, tmp_path):
     assert 0.5 < metrics["AR100"] < 1.0
     empty = {image_id: {} for image_id in top_bboxes}
     assert score(db, empty, tmp_path)["AP"] == 0.0
+
+
+def test_an_unreadable_image_is_a_counted_miss(coco128, tmp_path):
+    db = coco_db(coco128, tmp_path)
+    top_bboxes = perfect_predictions(db)
+    all_ids = [db.image_id(ind) for ind in db.db_inds]
+    first = all_ids[0]
+    assert len(db.detections(db.db_inds[0])) > 0
+    readable = score(db, top_bboxes, tmp_path / "readable", image_ids=all_ids)
+    del top_bboxes[first]
+    missed = score(db, top_bboxes, tmp_path / "missed", image_ids=all_ids,
+                   unreadable={first: "cannot read image x.jpg: truncated"})
+    assert readable["AP"] == pytest.approx(1.0) and missed["AP"] < readable["AP"]
+    assert missed["AR100"] < 1.0
+    saved = json.loads((tmp_path / "missed" / "metrics.json").read_text())
+    assert saved["num_images"] == len(all_ids) and saved["unreadable"] == 1
+    assert saved["unreadable_images"] == ["cannot read image x.jpg: truncated"]
 
 
 def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys):
@@ -207,6 +225,21 @@ def test_detections_at_each_scale_map_back_by_one_over_the_scale():
                                      nms_algorithm="nms"), FakeNet(*responses), image)
     np.testing.assert_allclose(top[1][:, :4], [BOX], atol=1e-4)  # the two merged by NMS
     assert top[1][0, 4] == pytest.approx(0.9)
+
+
+def test_per_class_nms_equals_soft_nms_class_by_class():
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 100, (300, 2))
+    dets = np.concatenate([xy, xy + rng.uniform(5, 40, (300, 2)), rng.uniform(0, 1, (300, 3)),
+                           rng.integers(0, 6, (300, 1))], axis=1).astype(np.float32)
+    dets[::7, 4] = -1
+    dets[1::9, 4] = 0.5  # ties
+    kwargs = {"method": "exp_soft_nms", "nms_threshold": 0.5, "weight_exp": 8}
+    top = per_class_nms(dets, 8, max_per_image=10_000, **kwargs)
+    valid = dets[dets[:, 4] > -1]
+    for cls in range(1, 9):
+        _, expected = soft_nms(valid[valid[:, 7] == cls - 1, :7], **kwargs)
+        np.testing.assert_array_equal(top[cls], expected[:, :5])
 
 
 def test_per_class_nms_keeps_the_best_max_per_image_over_all_classes():
