@@ -231,3 +231,12 @@ def test_testdev_as_downloaded(coco128, tmp_path):
                           "detections_test-dev2017_CocoTiny_results.json").read_text())
     assert results and set(results[0]) == {"image_id", "category_id", "bbox", "score"}
     assert not (out_dir(root, "testdev") / "metrics.json").exists()
+
+
+def test_ctrl_c_twice_stops_quietly(tiny_coco):
+    def two_interrupts(process):
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGINT)
+
+    code, stderr = _interrupt_after(tiny_coco, 12, two_interrupts)
+    assert code == 128 + signal.SIGINT and "Traceback" not in stderr
