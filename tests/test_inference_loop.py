@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.config import SystemConfig, check_db_config
-from core.inference import DetectionRun, detect
+from core.inference import DetectionRun, cornernet_saccade_inference, detect
 from core.utils.images import ImageReadError
 
 
@@ -102,3 +102,32 @@ def test_runs_of_ranks_merge_and_pickle():
     assert merged.unreadable == whole.unreadable and merged.detections.keys() == \
         whole.detections.keys()
     assert set(merged.seconds) >= {"read", "network", "nms"}
+
+
+class FakeSaccadeNet:
+    """Attention peaks at one place of every crop; each call returns one box per crop."""
+
+    device = torch.device("cpu")
+
+    def test(self, images, no_att=False, **kwargs):
+        rows = torch.tensor([[[4, 4, 8, 12, 0.9, 0.9, 0.9, 0]]]).repeat(len(images), 1, 1)
+        if no_att:
+            return rows
+        atts = [torch.zeros(len(images), 1, 64 // r, 64 // r) for r in (16, 8, 4)]
+        atts[1][:, 0, 4, 6] = 0.9
+        return rows, atts
+
+
+def test_saccade_runs_through_the_same_loop():
+    db = FakeDB(count=3)
+    db.configs.update(check_db_config({
+        "input_size": [64, 64], "output_sizes": [[16, 16]], "categories": 2, "top_k": 2,
+        "num_dets": 1, "init_sizes": [64], "ref_dets": False, "att_scales": [[1, 2, 4]],
+        "att_thresholds": [0.3], "att_max_crops": 4}))
+    system_config = SystemConfig().update_config({"sampling_function": "cornernet_saccade"})
+    run = detect(db, FakeSaccadeNet(), system_config, db.db_inds)
+    for ind in db.db_inds:
+        expected = cornernet_saccade_inference(db, FakeSaccadeNet(), db.read_image(ind))
+        for cls, boxes in expected.items():
+            np.testing.assert_array_equal(run.detections[db.image_id(ind)][cls], boxes)
+    assert len(run.detections[100][1]) >= 1

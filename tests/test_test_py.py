@@ -1,5 +1,6 @@
 """test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
 
+import importlib.util
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
 
+from core.config import load_config
 from core.inference.coco_eval import METRIC_NAMES
 
 
@@ -240,3 +242,15 @@ def test_ctrl_c_twice_stops_quietly(tiny_coco):
 
     code, stderr = _interrupt_after(tiny_coco, 12, two_interrupts)
     assert code == 128 + signal.SIGINT and "Traceback" not in stderr
+
+
+def test_results_never_leave_the_results_folder(tiny_coco):
+    spec = importlib.util.spec_from_file_location("test_script", ROOT / "test.py")
+    test_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test_script)
+    system_config, _ = load_config("CocoTiny", tiny_coco / "configs")
+    args = test_script.parse_args(["CocoTiny"])
+    inside = test_script.result_folder(args, system_config, 0, "val")
+    assert inside == tiny_coco / "results" / "CocoTiny" / "0" / "val"
+    with pytest.raises(test_script.UsageError, match="outside system.result_dir"):
+        test_script.result_folder(args, system_config, 0, "../../../elsewhere")
