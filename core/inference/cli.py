@@ -74,6 +74,7 @@ def _fail(err: BaseException, code: int, show: bool) -> None:
         traceback.print_exc()
     message = str(err) if isinstance(err, (*USER_MISTAKES, OSError)) else \
         f"{type(err).__name__}: {err}"
+    message = " ".join(message.split())  # torch's multi-line messages, on one line
     hint = "" if show else " (--debug or CORNERNET_DEBUG=1 shows the traceback)"
     print(f"error: {message}" + (hint if code == 1 else ""), file=sys.stderr)
     sys.exit(code)
