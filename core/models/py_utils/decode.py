@@ -134,11 +134,12 @@ def peak_topk(logits: Tensor, K: int, kernel: int = 1
               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """`topk(nms_heatmap(sigmoid_scores(logits), kernel), K)`, without scoring every pixel.
 
-    Rows (one class, one y) are ranked by their largest logit; the pixels of the best rows whose
-    logit reaches the `rows`-th best row maximum `t` are the candidates. Every other pixel has a
-    logit below `t`, so a score at most sigmoid(t) (plus rounding: 8 ulps are allowed for). When
-    K candidates are local maxima scoring above that, they are the K best of the whole map, ties
-    included; otherwise more rows are taken, and finally the whole map is scored.
+    Rows (one class, one y) are ranked by their largest logit; `t` is the row maximum of rank
+    `CANDIDATE_ROWS_PER_K * K`, and the pixels whose logit reaches `t` (all in the best rows) are
+    the candidates. Every other pixel has a logit below `t`, so a score at most sigmoid(t) (plus
+    rounding: at least 8 ulps are allowed for). When K candidates are local maxima scoring above
+    that, they are the K best of the whole map, ties included; otherwise four times as many rows
+    are taken, and when that reaches a quarter of the rows the whole map is scored.
 
     Args:
         logits: (B, C, H, W) float32 heatmap logits.
