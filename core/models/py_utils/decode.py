@@ -17,8 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-# sigmoid_scores works in blocks below torch's parallel grain (32768) and a multiple of every
-# vector width, so each block is computed by one thread with the vector formula only.
+# torch runs an operation on several threads only from this many elements on.
+PARALLEL_GRAIN = 32768
+# sigmoid_scores works in blocks below the parallel grain and a multiple of every vector width,
+# so each block is computed by one thread with the vector formula only.
 SIGMOID_BLOCK = 16384
 # peak_topk first looks at this many rows (one class, one y) per wanted corner.
 CANDIDATE_ROWS_PER_K = 4
@@ -166,8 +168,7 @@ def _image_peaks(logits: Tensor, row_max: Tensor, K: int, kernel: int) -> tuple[
     while take <= len(row_max) // 4:
         threshold = row_max.topk(take).values[-1]
         picked = (row_max >= threshold).nonzero()[:, 0]
-        hits = (rows[picked] >= threshold).nonzero()
-        flat = picked[hits[:, 0]] * width + hits[:, 1]
+        flat = _pixels_reaching(rows, picked, threshold)
         if len(flat) >= K:
             values = _peak_values(logits, flat, kernel)
             scores, order = ordered_topk(values[None], K)
@@ -179,6 +180,22 @@ def _image_peaks(logits: Tensor, row_max: Tensor, K: int, kernel: int) -> tuple[
     heat = nms_heatmap(sigmoid_scores(logits)[None], kernel)
     scores, flat = ordered_topk(heat.reshape(1, -1), K)
     return scores[0], flat[0]
+
+
+def _pixels_reaching(rows: Tensor, picked: Tensor, threshold: Tensor) -> Tensor:
+    """Flat indices, ascending, of the pixels of rows `picked` (ascending) of `rows` (R, W)
+    whose logit reaches `threshold`.
+
+    The rows go in groups below torch's parallel grain: on a busy machine every parallel region
+    waits for a free core, which costs more than these small operations themselves.
+    """
+    width = rows.shape[1]
+    group = max(1, PARALLEL_GRAIN // width)
+    found = []
+    for part in picked.split(group):
+        hits = (rows[part] >= threshold).nonzero()
+        found.append(part[hits[:, 0]] * width + hits[:, 1])
+    return torch.cat(found)
 
 
 def _peak_values(logits: Tensor, flat: Tensor, kernel: int) -> Tensor:
