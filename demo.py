@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """Detect objects in your own pictures and draw them.
 
-python demo.py <Cfg> --testiter N --images a.jpg b.jpg ... --out DIR
+python demo.py <Cfg> --testiter N --images a.jpg b.png folder/ ... --out DIR
 
-Writes DIR/<name>.jpg for every input, with boxes, class names and scores above --thresh.
+Writes DIR/<name>.jpg for every readable input, with boxes, class names and scores above
+--thresh. A folder means the files in it. Inputs are never written over, and two inputs never
+share an output: x.jpg and x.png become x_jpg.jpg and x_png.jpg.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +19,9 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
+from core.inference import test_func
+from core.inference.cli import UsageError, run_cli
 from core.nnet.py_factory import NetworkFactory
-from core.test import test_func
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 
@@ -28,12 +31,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=int, default=None,
                         help="snapshot iteration (default: system.max_iter)")
-    parser.add_argument("--images", nargs="+", type=Path, required=True)
+    parser.add_argument("--images", nargs="+", type=Path, required=True,
+                        help="image files, or folders whose files are taken")
     parser.add_argument("--out", type=Path, required=True, help="folder for the pictures")
     parser.add_argument("--thresh", type=float, default=0.5, help="draw boxes scoring above it")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser.parse_args(argv)
+
+
+def input_files(paths: list[Path]) -> list[Path]:
+    """The files named, with each folder replaced by its (non-hidden) files in name order."""
+    files = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(p for p in path.iterdir()
+                                if p.is_file() and not p.name.startswith(".")))
+        elif path.exists():
+            files.append(path)
+        else:
+            raise UsageError(f"--images {path}: no such file or folder")
+    if not files:
+        raise UsageError(f"--images {' '.join(map(str, paths))}: no files to draw")
+    return files
+
+
+def output_files(inputs: list[Path], out_dir: Path) -> list[Path]:
+    """One distinct JPEG in `out_dir` per input, none of them an input.
+
+    `<stem>.jpg`, or `<stem>_<extension>.jpg` when inputs share a stem (x.jpg, x.png), with
+    `-2`, `-3`, ... when they still collide (x.jpg in two folders).
+    """
+    stems = Counter(path.stem for path in inputs)
+    taken = {path.resolve() for path in inputs}
+    outputs = []
+    for path in inputs:
+        name = path.stem if stems[path.stem] == 1 else f"{path.stem}_{path.suffix.lstrip('.')}"
+        candidate, number = out_dir / f"{name}.jpg", 1
+        while candidate.resolve() in taken:
+            number += 1
+            candidate = out_dir / f"{name}-{number}.jpg"
+        taken.add(candidate.resolve())
+        outputs.append(candidate)
+    return outputs
 
 
 def class_source(system_config: SystemConfig, db_config: dict) -> Any:
@@ -49,32 +90,44 @@ def class_source(system_config: SystemConfig, db_config: dict) -> Any:
 
 def main(args: argparse.Namespace) -> list[Path]:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    inputs = input_files(args.images)
+    outputs = output_files(inputs, args.out)
+    testiter = system_config.max_iter if args.testiter is None else args.testiter
+    snapshot = system_config.snapshot_file(testiter)
+    if not snapshot.is_file():
+        raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist; "
+                         "pick --testiter")
+    try:
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create --out {args.out}: {err.strerror or err}") from None
+
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
     nnet = NetworkFactory(system_config, db, device=args.device)
-    nnet.load_params(system_config.max_iter if args.testiter is None else args.testiter,
-                     model_only=True)
+    nnet.load_params(testiter, model_only=True)
     nnet.eval_mode()
     inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
-    written = []
-    for path in args.images:
+    written, bad = [], []
+    for path, out in zip(inputs, outputs):
         try:
             image = read_image(path)
         except ImageReadError as err:
             print(f"skipped: {err}")
+            bad.append(path)
             continue
         detections = inference(db, nnet, image)
-        out = save_detections(args.out / f"{path.stem}.jpg", image, detections, names,
-                              args.thresh)
+        save_detections(out, image, detections, names, args.thresh)
         count = sum(int((boxes[:, 4] > args.thresh).sum()) for boxes in detections.values())
         print(f"{path}: {count} detections above {args.thresh} -> {out}")
         written.append(out)
+    print(f"drew {len(written)} of {len(inputs)} inputs in {args.out}"
+          + (f"; unreadable: {', '.join(map(str, bad))}" if bad else ""))
+    if not written:
+        raise UsageError(f"none of the {len(inputs)} inputs is a readable image")
     return written
 
 
 if __name__ == "__main__":
-    try:
-        main(parse_args())
-    except (ConfigError, OSError) as err:
-        sys.exit(f"error: {err}")
+    run_cli(lambda: main(parse_args()))

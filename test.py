@@ -1,30 +1,41 @@
 #!/usr/bin/env python3
-"""Evaluate a snapshot: python test.py <Cfg> [--testiter N] [--split S] [--suffix X] [--debug].
+"""Evaluate a snapshot: python test.py <Cfg> [--testiter N] [--split S] [--suffix X] [--vis N].
 
 Runs the inference of `system.sampling_function` on every image of the split, writes
-results/<Cfg>/<iter>/<split>[/<suffix>]/results.json and, where the split has annotations, the 12
-COCO metrics to metrics.json in the same folder.
+results/<Cfg>/<iter>/<split>[/<suffix>]/results.json and, where the split has boxes, the 12 COCO
+metrics to metrics.json in the same folder. Detections are journalled as they are made: an
+interrupted run continues where it stopped when run again with the same settings.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
+import hashlib
 import time
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
-from tqdm import tqdm
 
-from core.config import CONFIG_DIR, ConfigError, config_path, load_config, lookup
-from core.dbs import DatasetError, datasets
+from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.dbs import datasets
+from core.inference import DetectionRun, detect, score
+from core.inference.cli import UsageError, run_cli
+from core.inference.coco_eval import BACKENDS, require_backend
+from core.inference.journal import Journal
+from core.inference.loop import ImageResult
 from core.nnet.py_factory import NetworkFactory
-from core.test import test_func
-from core.test.coco_eval import BACKENDS, save_and_evaluate
-from core.utils.images import ImageReadError
 from core.utils.vis import save_detections
 
-SPLITS = ("training", "validation", "testing")
+# --split: the config's roles, and COCO's test-dev as users download it.
+SPLITS = ("training", "validation", "testing", "testdev")
+JOURNAL = "partial.jsonl"
+# Official test-dev files: image-info json and the test2017 images, and the results name the
+# COCO server takes.
+TESTDEV_INFO = "image_info_test-dev2017.json"
+TESTDEV_IMAGES = ("testdev2017", "test2017")
+TESTDEV_RESULTS = "detections_test-dev2017_{}_results.json"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,19 +43,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=int, default=None,
                         help="snapshot iteration (default: system.max_iter)")
-    parser.add_argument("--split", choices=SPLITS, default="validation")
+    parser.add_argument("--split", choices=SPLITS, default="validation",
+                        help="a split of the config (training, validation, testing) or COCO's "
+                             "testdev (image_info_test-dev2017.json accepted as it comes)")
     parser.add_argument("--suffix", default=None,
                         help="test-time settings from configs/<Cfg>-<suffix>.json (or the config "
                              "named <suffix>), e.g. multi_scale; the snapshots stay <Cfg>'s")
-    parser.add_argument("--debug", action="store_true",
-                        help="only the first --debug-images images, and annotated JPEGs of them")
-    parser.add_argument("--debug-images", type=int, default=20)
     parser.add_argument("--images", type=int, default=None, help="evaluate the first N images")
+    parser.add_argument("--vis", type=int, default=0, metavar="N",
+                        help="draw the detections and ground truth of the first N images")
+    parser.add_argument("--vis-thresh", type=float, default=0.3,
+                        help="draw detections scoring above this")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="images per network call (default: system.test_batch_size or 1)")
+    parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                        help="continue an interrupted run of the same settings (default)")
+    parser.add_argument("--debug", action="store_true",
+                        help="the first --debug-images images with pictures, and tracebacks")
+    parser.add_argument("--debug-images", type=int, default=20)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--backend", choices=BACKENDS, default="faster",
                         help="COCO evaluator (pycocotools is the reference)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("images", "batch", "debug_images"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.vis < 0:
+        parser.error(f"--vis must be 0 or more, got {args.vis}")
+    if args.debug:
+        args.images = args.debug_images
+        args.vis = max(args.vis, args.debug_images)
+    return args
 
 
 def settings_name(args: argparse.Namespace) -> str:
@@ -57,8 +88,74 @@ def settings_name(args: argparse.Namespace) -> str:
             return name
         except ConfigError:
             continue
-    raise ConfigError(f"--suffix {args.suffix}: neither {args.cfg_file}-{args.suffix}.json nor "
-                      f"{args.suffix}.json is in {args.config_dir}")
+    raise UsageError(f"--suffix {args.suffix}: neither {args.cfg_file}-{args.suffix}.json nor "
+                     f"{args.suffix}.json is in {args.config_dir}")
+
+
+def split_key(args: argparse.Namespace, system_config: SystemConfig) -> str:
+    return {"training": system_config.train_split, "validation": system_config.val_split,
+            "testing": system_config.test_split, "testdev": "testdev"}[args.split]
+
+
+def official_testdev(system_config: SystemConfig, db_config: dict) -> dict:
+    """Point COCO's default layout at the official test-dev files when the renamed ones
+    (instances_testdev2017.json, images/testdev2017) are not there."""
+    if db_config.get("image_dirs") is not None or db_config.get("annotation_files") is not None:
+        return db_config
+    coco_dir = system_config.data_dir / "coco"
+    if (coco_dir / "annotations" / "instances_testdev2017.json").is_file():
+        return db_config
+    images = next((coco_dir / "images" / name for name in TESTDEV_IMAGES
+                   if (coco_dir / "images" / name).is_dir()), coco_dir / "images" / "test2017")
+    return {**db_config, "image_dirs": {"testdev": str(images)},
+            "annotation_files": {"testdev": str(coco_dir / "annotations" / TESTDEV_INFO)}}
+
+
+def result_folder(args: argparse.Namespace, system_config: SystemConfig, testiter: int,
+                  split: str) -> Path:
+    """results/<Cfg>/<iter>/<split>[/<suffix>], which must lie inside system.result_dir."""
+    out_dir = system_config.result_dir / str(testiter) / split
+    if args.suffix is not None:
+        out_dir = out_dir / args.suffix
+    root = system_config.resolve(system_config.full["result_dir"]).resolve()
+    if not out_dir.resolve().is_relative_to(root):
+        raise UsageError(f"results folder {out_dir} would lie outside system.result_dir {root}: "
+                         "use plain names for the config, split and suffix")
+    return out_dir
+
+
+def check_writable(folder: Path) -> None:
+    """Create `folder` and a probe file in it, or say in one line why that is impossible."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{time.time_ns()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise UsageError(f"cannot write results to {folder}: {err.strerror or err}; make it "
+                         "writable or set system.result_dir") from None
+
+
+def snapshot_identity(path: Path) -> dict:
+    """Enough to tell two snapshot files apart: size, modification time, first MiB's hash."""
+    stat = path.stat()
+    with open(path, "rb") as file:
+        head = hashlib.sha256(file.read(1 << 20)).hexdigest()
+    return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": head}
+
+
+def summary(run: DetectionRun, seconds: float, device: torch.device, evaluation: float) -> str:
+    """One line: images per second and where the time went."""
+    count = len(run.image_ids)
+    parts = [f"{name} {run.seconds[key]:.1f} s" for key, name in (
+        ("network", "network"), ("decode", "decode"), ("nms", "NMS"),
+        ("wait", "waiting for images")) if key in run.seconds]
+    overlapped = [f"{name} {run.seconds[key]:.1f} s" for key, name in (
+        ("read", "read"), ("prepare", "resize")) if key in run.seconds]
+    return (f"{count} images in {seconds:.1f} s on {device}: {count / max(seconds, 1e-9):.1f} "
+            f"images/s, {1000 * seconds / max(count, 1):.1f} ms per image; {', '.join(parts)}; "
+            f"in the reader thread {', '.join(overlapped) or 'nothing'}; "
+            f"evaluation {evaluation:.1f} s")
 
 
 def main(args: argparse.Namespace) -> dict | None:
@@ -67,50 +164,89 @@ def main(args: argparse.Namespace) -> dict | None:
     system_config.full["snapshot_name"] = args.cfg_file
     if system_config.model is None:
         system_config.full["model"] = args.cfg_file
-    split = {"training": system_config.train_split, "validation": system_config.val_split,
-             "testing": system_config.test_split}[args.split]
+    split = split_key(args, system_config)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
+    if split == "testdev" and system_config.dataset == "COCO":
+        db_config = official_testdev(system_config, db_config)
 
-    dataset = lookup(datasets, system_config.dataset, "dataset")
-    db = dataset(db_config, split=split, sys_config=system_config)
+    # Everything that can fail is checked before the network is built and the long part starts.
+    db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
+                                                            sys_config=system_config)
+    out_dir = result_folder(args, system_config, testiter, split)
+    check_writable(out_dir)
+    if db.has_annotations:
+        require_backend(args.backend)
+    snapshot = system_config.snapshot_file(testiter)
+    if not snapshot.is_file():
+        have = sorted(p.name for p in system_config.snapshot_dir.glob("*.pkl"))
+        raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist "
+                         f"(available: {', '.join(have) or 'none'}); train first or pick "
+                         "--testiter")
+    batch_size = args.batch or system_config.full.get("test_batch_size", 1)
+    inds = [int(ind) for ind in db.db_inds[:args.images]]
+    if not inds:
+        raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
+
     nnet = NetworkFactory(system_config, db, device=args.device)
-    print(f"loading {system_config.snapshot_file(testiter)}")
+    print(f"loading {snapshot}")
     nnet.load_params(testiter, model_only=True)
     nnet.eval_mode()
-    inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
-    out_dir = system_config.result_dir / str(testiter) / split
-    if args.suffix is not None:
-        out_dir = out_dir / args.suffix
-    limit = args.debug_images if args.debug else args.images
-    db_inds = db.db_inds[:limit]
+    fingerprint = {"config": {"system": system_config.full, "db": db.configs},
+                   "snapshot": snapshot_identity(snapshot), "split": split,
+                   "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
+                   "device": str(nnet.device), "torch": torch.__version__}
+    journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
+                                       args.resume)
+    if note:
+        print(note)
+    # Whole batches are redone so every image is batched as in an uninterrupted run.
+    finished = next((k for k, ind in enumerate(inds) if db.image_id(ind) not in done),
+                    len(inds))
+    start_at = finished - finished % batch_size
+    vis_ids = {db.image_id(ind) for ind in inds[:args.vis]}
 
-    top_bboxes, skipped = {}, []
+    def record(result: ImageResult) -> None:
+        journal.record(result)
+        if result.image_id in vis_ids and result.detections is not None:
+            save_detections(out_dir / "vis" / f"{result.image_id}.jpg", result.image,
+                            result.detections, db.cls2name, args.vis_thresh,
+                            ground_truth=_ground_truth(db, result.ind))
+
     start = time.perf_counter()
-    for ind in tqdm(db_inds, desc=f"{args.cfg_file} {split}", ncols=80):
-        try:
-            image = db.read_image(ind)
-        except ImageReadError as err:
-            if system_config.strict_images:
-                raise
-            skipped.append(err.path)
-            continue
-        detections = inference(db, nnet, image)
-        top_bboxes[db.image_id(ind)] = detections
-        if args.debug:
-            save_detections(out_dir / "debug" / f"{db.image_id(ind)}.jpg", image, detections,
-                            db.cls2name)
+    run = detect(db, nnet, system_config, inds[start_at:], progress=True,
+                 batch_size=batch_size, on_image=record)
     seconds = time.perf_counter() - start
-    if skipped:
-        print(f"skipped {len(skipped)} unreadable images (scored as misses): "
-              f"{', '.join(map(str, skipped[:5]))}{' ...' if len(skipped) > 5 else ''}")
-    print(f"{len(db_inds)} images, {1000 * seconds / max(len(db_inds), 1):.1f} ms per image "
-          f"on {nnet.device}")
-    return save_and_evaluate(db, top_bboxes, out_dir, backend=args.backend)
+    journal.close()
+    # What this run found overrides what the journal held for the same image.
+    detections = {image_id: dets for image_id, dets in {**done.detections,
+                                                        **run.detections}.items()
+                  if image_id not in run.unreadable}
+    unreadable = {image_id: reason for image_id, reason in {**done.unreadable,
+                                                            **run.unreadable}.items()
+                  if image_id not in run.detections}
+    image_ids = [db.image_id(ind) for ind in inds]
+
+    start = time.perf_counter()
+    results_name = (TESTDEV_RESULTS.format(args.cfg_file) if split == "testdev"
+                    else "results.json")
+    metrics = score(db, detections, out_dir, args.backend, image_ids=image_ids,
+                    unreadable=unreadable, results_name=results_name)
+    print(summary(run, seconds, nnet.device, time.perf_counter() - start))
+    journal.remove()
+    return metrics
+
+
+def _ground_truth(db: Any, ind: int) -> dict[str, np.ndarray] | None:
+    """{class name: (n, 4) [x1, y1, x2, y2]} of an annotated image, or None."""
+    if not db.has_annotations:
+        return None
+    boxes = db.detections(ind)
+    return {db.cls2name(int(cls)): boxes[boxes[:, 4] == cls, :4]
+            for cls in set(boxes[:, 4].tolist())}
 
 
 if __name__ == "__main__":
-    try:
-        main(parse_args())
-    except (ConfigError, DatasetError, OSError) as err:
-        sys.exit(f"error: {err}")
+    run_cli(lambda: main(parse_args()),
+            on_stop=lambda _: "the detections made so far are kept; run the same command "
+                              "again to continue")

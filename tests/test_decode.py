@@ -6,7 +6,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.models.py_utils.decode import decode, nms_heatmap, topk, transpose_and_gather
+from core.models.py_utils import decode as decode_module
+from core.models.py_utils.decode import (
+    decode,
+    nms_heatmap,
+    peak_topk,
+    sigmoid_scores,
+    topk,
+    transpose_and_gather,
+)
 
 BACKGROUND = -10.0
 
@@ -139,3 +147,108 @@ def test_transpose_and_gather_picks_channel_vectors():
 def test_invalid_sizes_raise_a_clear_error():
     with pytest.raises(ValueError, match="num_dets"):
         decode(**_heads(), K=2, num_dets=5)
+
+
+# ---- the fast corner search equals the dense computation ---------------------------------
+
+def dense_topk(logits: torch.Tensor, K: int, kernel: int):
+    """The dense definition: score every pixel, keep local maxima, take the K best."""
+    return topk(nms_heatmap(sigmoid_scores(logits), kernel), K)
+
+
+def _maps(seed: int, shape, spread: float = 1.0, offset: float = -6.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator) * spread + offset
+
+
+def adversarial_maps():
+    """(name, logits, K) cases where a shortcut would go wrong."""
+    shape = (2, 40, 24, 40)  # enough rows for the fast path to be tried at K <= 60
+    rounded = _maps(1, shape, spread=2).round()                    # many exact ties
+    flat = torch.full(shape, -3.0)                                 # every pixel equal
+    plateau = _maps(2, shape)
+    plateau[:, :, 3:9, 5:15] = 30.0                                # sigmoid saturates to 1
+    few_peaks = -(torch.arange(24.0).view(24, 1) + torch.arange(40.0)).expand(shape).clone()
+    few_peaks[0, 1, 10, 10] = 5.0                                  # 1 peak per class
+    empty_class = _maps(3, shape)
+    empty_class[:, 2:] = -1e4                                      # sigmoid underflows to 0
+    near = _maps(4, shape, spread=1e-6, offset=2.0)               # scores a few ulps apart
+    return [("rounded", rounded, 30), ("all equal", flat, 25), ("saturated", plateau, 40),
+            ("fewer maxima than K", few_peaks, 50), ("empty class", empty_class, 60),
+            ("ulp apart", near, 20)]
+
+
+@pytest.mark.parametrize("kernel", [1, 3, 5])
+def test_peak_topk_equals_dense_on_random_maps(kernel):
+    for seed, (shape, K) in enumerate([((1, 80, 32, 48), 20), ((2, 80, 64, 96), 100),
+                                       ((3, 3, 16, 16), 20), ((1, 7, 9, 200), 11)]):
+        logits = _maps(seed, shape, spread=1 + seed)
+        for got, expected in zip(peak_topk(logits, K, kernel), dense_topk(logits, K, kernel)):
+            assert torch.equal(got, expected), f"shape {shape}"
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+@pytest.mark.parametrize("case", adversarial_maps(), ids=lambda case: case[0])
+def test_peak_topk_equals_dense_on_adversarial_maps(case, kernel):
+    _, logits, K = case
+    for got, expected in zip(peak_topk(logits, K, kernel), dense_topk(logits, K, kernel)):
+        assert torch.equal(got, expected)
+
+
+def test_peak_topk_scores_only_candidates_on_a_peaky_map(monkeypatch):
+    logits = _maps(6, (2, 80, 64, 96))
+    expected = dense_topk(logits, 100, 3)
+    monkeypatch.setattr(decode_module, "nms_heatmap", None)  # the dense path would call it
+    for got, want in zip(peak_topk(logits, 100, 3), expected):
+        assert torch.equal(got, want)
+
+
+def test_equal_scores_are_ordered_by_flat_index():
+    scores = torch.zeros(1, 2, 3, 4)
+    scores[0, 1, 0, 0] = scores[0, 0, 2, 3] = scores[0, 0, 0, 1] = 0.5
+    values, inds, clses, *_ = topk(scores, K=4)
+    assert values.tolist() == [[0.5, 0.5, 0.5, 0.0]]
+    assert (clses * 12 + inds).tolist() == [[1, 11, 12, 0]]
+
+
+def test_sigmoid_scores_do_not_depend_on_position():
+    logits = _maps(5, (3, 80, 37, 41), spread=4, offset=0)
+    whole = sigmoid_scores(logits).reshape(-1)
+    picked = torch.randperm(logits.numel(), generator=torch.Generator().manual_seed(0))[:999]
+    assert torch.equal(sigmoid_scores(logits.reshape(-1)[picked]), whole[picked])
+    torch.testing.assert_close(whole, logits.reshape(-1).sigmoid(), rtol=2e-7, atol=0)
+
+
+def _random_heads(seed: int, batch: int, classes: int, height: int, width: int, tags=0.3):
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "tl_heat": torch.randn(batch, classes, height, width, generator=generator) - 3,
+        "br_heat": torch.randn(batch, classes, height, width, generator=generator) - 3,
+        "tl_tag": tags * torch.randn(batch, 1, height, width, generator=generator),
+        "br_tag": tags * torch.randn(batch, 1, height, width, generator=generator),
+        "tl_regr": torch.rand(batch, 2, height, width, generator=generator),
+        "br_regr": torch.rand(batch, 2, height, width, generator=generator),
+    }
+
+
+SETTINGS = {  # (batch, classes, H, W, decode kwargs) of the shipped configs, smaller maps
+    "squeeze": (1, 80, 32, 48, {"K": 20, "kernel": 3, "ae_threshold": 0.5, "num_dets": 100}),
+    "cornernet": (2, 80, 32, 48, {"K": 100, "kernel": 3, "ae_threshold": 0.5, "num_dets": 1000}),
+    "saccade": (4, 80, 16, 16, {"K": 12, "kernel": 3, "ae_threshold": 0.3, "num_dets": 12,
+                                "no_border": True}),
+}
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_decode_equals_the_dense_decode(setting, monkeypatch):
+    batch, classes, height, width, kwargs = SETTINGS[setting]
+    for seed in range(3):
+        heads = _random_heads(seed, batch, classes, height, width)
+        if seed == 2:  # ties and saturated corners as well
+            heads["tl_heat"] = (heads["tl_heat"] * 2).round()
+            heads["br_heat"][:, :, 2:6, 2:6] = 40.0
+        fast = decode(**heads, **kwargs)
+        with monkeypatch.context() as patched:
+            patched.setattr(decode_module, "peak_topk", dense_topk)
+            dense = decode(**heads, **kwargs)
+        assert torch.equal(fast, dense), f"{setting}, seed {seed}"

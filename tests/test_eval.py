@@ -8,15 +8,16 @@ import torch
 
 from core.config import SystemConfig, check_db_config
 from core.dbs import COCO
-from core.test import cornernet_saccade as saccade
-from core.test.coco_eval import METRIC_NAMES, save_and_evaluate, to_coco_results
-from core.test.cornernet import (
+from core.inference import cornernet_saccade as saccade
+from core.inference.coco_eval import METRIC_NAMES, score, to_coco_results
+from core.inference.cornernet import (
     cornernet_inference,
     flip_back,
     map_to_image,
     per_class_nms,
     resize_and_pad,
 )
+from core.inference.soft_nms import soft_nms
 
 BOX = [20.0, 10.0, 60.0, 50.0]  # x1, y1, x2, y2 in a 100 x 200 (H x W) image
 
@@ -44,7 +45,7 @@ def perfect_predictions(db):
 @pytest.mark.parametrize("backend", ["faster", "pycocotools"])
 def test_perfect_predictions_score_ap_one(coco128, tmp_path, backend):
     db = coco_db(coco128, tmp_path)
-    metrics = save_and_evaluate(db, perfect_predictions(db), tmp_path / "out", backend=backend)
+    metrics = score(db, perfect_predictions(db), tmp_path / "out", backend=backend)
     assert metrics["AP"] == pytest.approx(1.0)
     assert metrics["AP50"] == pytest.approx(1.0) and metrics["AR100"] == pytest.approx(1.0)
     saved = json.loads((tmp_path / "out" / "metrics.json").read_text())
@@ -60,7 +61,7 @@ def test_swapping_two_classes_lowers_ap(coco128, tmp_path, backend):
     person, car = db.coco2cls(1), db.coco2cls(3)
     for per_class in top_bboxes.values():
         per_class[person], per_class[car] = per_class[car], per_class[person]
-    metrics = save_and_evaluate(db, top_bboxes, tmp_path, backend=backend)
+    metrics = score(db, top_bboxes, tmp_path, backend=backend)
     assert metrics["AP"] < 0.99
 
 
@@ -78,7 +79,7 @@ def test_wrong_mapping_in_the_dataset_lowers_ap(coco128, tmp_path, monkeypatch):
     top_bboxes = perfect_predictions(db)
     ids = db.class_ids
     monkeypatch.setattr(db, "cls2coco", lambda cls: ids[cls % len(ids)])
-    assert save_and_evaluate(db, top_bboxes, tmp_path)["AP"] == pytest.approx(0.0)
+    assert score(db, top_bboxes, tmp_path)["AP"] == pytest.approx(0.0)
 
 
 def test_images_without_detections_count_as_misses(coco128, tmp_path):
@@ -86,10 +87,27 @@ def test_images_without_detections_count_as_misses(coco128, tmp_path):
     top_bboxes = perfect_predictions(db)
     first = db.image_id(db.db_inds[0])
     top_bboxes[first] = {cls: np.zeros((0, 5)) for cls in range(1, db.num_classes + 1)}
-    metrics = save_and_evaluate(db, top_bboxes, tmp_path)
+    metrics = score(db, top_bboxes, tmp_path)
     assert 0.5 < metrics["AR100"] < 1.0
     empty = {image_id: {} for image_id in top_bboxes}
-    assert save_and_evaluate(db, empty, tmp_path)["AP"] == 0.0
+    assert score(db, empty, tmp_path)["AP"] == 0.0
+
+
+def test_an_unreadable_image_is_a_counted_miss(coco128, tmp_path):
+    db = coco_db(coco128, tmp_path)
+    top_bboxes = perfect_predictions(db)
+    all_ids = [db.image_id(ind) for ind in db.db_inds]
+    first = all_ids[0]
+    assert len(db.detections(db.db_inds[0])) > 0
+    readable = score(db, top_bboxes, tmp_path / "readable", image_ids=all_ids)
+    del top_bboxes[first]
+    missed = score(db, top_bboxes, tmp_path / "missed", image_ids=all_ids,
+                   unreadable={first: "cannot read image x.jpg: truncated"})
+    assert readable["AP"] == pytest.approx(1.0) and missed["AP"] < readable["AP"]
+    assert missed["AR100"] < 1.0
+    saved = json.loads((tmp_path / "missed" / "metrics.json").read_text())
+    assert saved["num_images"] == len(all_ids) and saved["unreadable"] == 1
+    assert saved["unreadable_images"] == ["cannot read image x.jpg: truncated"]
 
 
 def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys):
@@ -101,7 +119,7 @@ def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys
                "annotation_files": {"testdev": str(tmp_path / "testdev.json")}},
               split="testdev", sys_config=system)
     top_bboxes = {db.image_id(0): {1: np.array([[1, 2, 11, 32, 0.5]])}}
-    assert save_and_evaluate(db, top_bboxes, tmp_path / "out") is None
+    assert score(db, top_bboxes, tmp_path / "out") is None
     assert "evaluation skipped" in capsys.readouterr().out
     assert len(json.loads((tmp_path / "out" / "results.json").read_text())) == 1
     assert not (tmp_path / "out" / "metrics.json").exists()
@@ -207,6 +225,21 @@ def test_detections_at_each_scale_map_back_by_one_over_the_scale():
                                      nms_algorithm="nms"), FakeNet(*responses), image)
     np.testing.assert_allclose(top[1][:, :4], [BOX], atol=1e-4)  # the two merged by NMS
     assert top[1][0, 4] == pytest.approx(0.9)
+
+
+def test_per_class_nms_equals_soft_nms_class_by_class():
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 100, (300, 2))
+    dets = np.concatenate([xy, xy + rng.uniform(5, 40, (300, 2)), rng.uniform(0, 1, (300, 3)),
+                           rng.integers(0, 6, (300, 1))], axis=1).astype(np.float32)
+    dets[::7, 4] = -1
+    dets[1::9, 4] = 0.5  # ties
+    kwargs = {"method": "exp_soft_nms", "nms_threshold": 0.5, "weight_exp": 8}
+    top = per_class_nms(dets, 8, max_per_image=10_000, **kwargs)
+    valid = dets[dets[:, 4] > -1]
+    for cls in range(1, 9):
+        _, expected = soft_nms(valid[valid[:, 7] == cls - 1, :7], **kwargs)
+        np.testing.assert_array_equal(top[cls], expected[:, :5])
 
 
 def test_per_class_nms_keeps_the_best_max_per_image_over_all_classes():

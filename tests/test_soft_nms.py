@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from core.test.soft_nms import soft_nms
+from core.inference.soft_nms import soft_nms
 
 # Areas 100 and 200 with the "+1" convention; the first lies inside the second: IoU exactly 0.5.
 A = [0, 0, 9, 9]

@@ -1,90 +1,256 @@
-"""test.py and demo.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
+"""test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
 
+import importlib.util
 import json
 import math
+import os
+import shutil
+import signal
 import subprocess
-import sys
-from pathlib import Path
+import time
 
 import cv2
+import numpy as np
 import pytest
-import torch
+from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
 
 from core.config import load_config
-from core.dbs import datasets
-from core.nnet.py_factory import NetworkFactory
-from core.test.coco_eval import METRIC_NAMES
-
-ROOT = Path(__file__).resolve().parents[1]
+from core.inference.coco_eval import METRIC_NAMES
 
 
 @pytest.fixture
 def tiny_coco(coco128, tmp_path):
-    """A config CocoTiny (CornerNet_Tiny on coco128's val split) with a snapshot at iteration 0.
-
-    The snapshot is untrained except that its heatmap heads favour class 1 (person), so that
-    top-left and bottom-right corners agree in class and real detections come out.
-    """
-    config = {
-        "system": {"dataset": "COCO", "model": "CornerNet_Tiny", "val_split": "val",
-                   "test_split": "val", "max_iter": 0, "cache_dir": str(tmp_path / "cache"),
-                   "result_dir": str(tmp_path / "results")},
-        "db": {"categories": 80, "input_size": [128, 128], "output_sizes": [[32, 32]],
-               "test_scales": [0.25], "test_flipped": True, "top_k": 20, "num_dets": 100,
-               "ae_threshold": 100,
-               "image_dirs": {"val": str(coco128 / "images")},
-               "annotation_files": {"val": str(coco128 / "annotations" /
-                                               "instances_coco128_val.json")}},
-    }
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "CocoTiny.json").write_text(json.dumps(config))
-    system_config, db_config = load_config("CocoTiny", tmp_path / "configs")
-    db = datasets["COCO"](db_config, split=None, sys_config=system_config)
-    nnet = NetworkFactory(system_config, db, device="cpu")
-    with torch.no_grad():
-        for heads in (nnet.model.tl_heats, nnet.model.br_heats):
-            heads[-1][-1].bias[0] += 4
-    nnet.save_params(0)
-    return tmp_path
+    return make_tiny_coco(coco128, tmp_path)
 
 
-def run(script, *args):
-    return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)],
-                          check=False, capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+def cli(tiny_coco, *args, **env):
+    return run("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
+               *args, **env)
 
 
-def test_test_py_writes_results_and_finite_metrics(tiny_coco):
-    done = run("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
-               "--debug", "--debug-images", 2)
+def out_dir(root, split="val"):
+    return root / "results" / "CocoTiny" / "0" / split
+
+
+def one_line_error(done, code, *words):
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == code, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    for word in words:
+        assert word in lines[0]
+
+
+def test_writes_results_metrics_and_a_summary_line(tiny_coco):
+    done = cli(tiny_coco, "--images", 2)
     assert done.returncode == 0, done.stderr
-    out = tiny_coco / "results" / "CocoTiny" / "0" / "val"
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out_dir(tiny_coco) / "results.json").read_text())
     assert {r["image_id"] for r in results} == {529, 531}  # the first two of the val split
     assert {r["category_id"] for r in results} == {1}
-    metrics = json.loads((out / "metrics.json").read_text())["metrics"]
-    assert list(metrics) == list(METRIC_NAMES)
-    assert all(math.isfinite(v) and -1 <= v <= 1 for v in metrics.values())
-    pictures = sorted(p.name for p in (out / "debug").iterdir())
-    assert len(pictures) == 2 and cv2.imread(str(out / "debug" / pictures[0])) is not None
+    saved = json.loads((out_dir(tiny_coco) / "metrics.json").read_text())
+    assert list(saved["metrics"]) == list(METRIC_NAMES)
+    assert all(math.isfinite(v) and -1 <= v <= 1 for v in saved["metrics"].values())
+    assert saved["num_images"] == 2 and saved["unreadable"] == 0
+    line = next(x for x in done.stdout.splitlines() if "images/s" in x)
+    for stage in ("network", "decode", "NMS", "read", "evaluation"):
+        assert stage in line
+    assert not (out_dir(tiny_coco) / "partial.jsonl").exists()  # the journal of a finished run
+
+
+def test_vis_draws_that_many_pictures_with_ground_truth(tiny_coco, coco128):
+    done = cli(tiny_coco, "--images", 4, "--vis", 3, "--vis-thresh", 0.0)
+    assert done.returncode == 0, done.stderr
+    pictures = sorted((out_dir(tiny_coco) / "vis").iterdir())
+    assert [p.name for p in pictures] == ["529.jpg", "531.jpg", "532.jpg"]
+    assert all(cv2.imread(str(p)) is not None for p in pictures)
+
+
+def test_vis_draws_ground_truth_in_white(tiny_coco, coco128):
+    # Nothing scores above 1: only the ground truth is drawn. The largest box of image 529 is
+    # [17.66, 238.87, 362.2, 348.54] (x, y, w, h); its top edge is grey in the photo.
+    done = cli(tiny_coco, "--images", 1, "--vis", 1, "--vis-thresh", 1.0)
+    assert done.returncode == 0, done.stderr
+    drawn = cv2.imread(str(out_dir(tiny_coco) / "vis" / "529.jpg"))
+    photo = cv2.imread(str(coco128 / "images" / "000000000529.jpg"))
+    edge = np.s_[238, 80:375]
+    assert photo[edge].mean() < 200 and drawn[edge].mean() > 235
 
 
 def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["test_scales"] = [0.25, 0.5]
     (tiny_coco / "configs" / "CocoTiny-two_scales.json").write_text(json.dumps(config))
-    done = run("test.py", "CocoTiny", "--suffix", "two_scales", "--config-dir",
-               tiny_coco / "configs", "--images", 1, "--device", "cpu")
+    done = cli(tiny_coco, "--suffix", "two_scales", "--images", 1)
     assert done.returncode == 0, done.stderr
-    assert (tiny_coco / "results" / "CocoTiny" / "0" / "val" / "two_scales" /
-            "metrics.json").is_file()
+    assert (out_dir(tiny_coco) / "two_scales" / "metrics.json").is_file()
 
 
-def test_demo_draws_pictures(tiny_coco, coco128):
-    image = coco128 / "images" / "000000000529.jpg"
-    done = run("demo.py", "CocoTiny", "--testiter", 0, "--images", image, "--out",
-               tiny_coco / "pictures", "--thresh", 0.0, "--device", "cpu",
-               "--config-dir", tiny_coco / "configs")
+def test_batched_run_scores_every_image(tiny_coco):
+    done = cli(tiny_coco, "--images", 5, "--batch", 3)
     assert done.returncode == 0, done.stderr
-    drawn = cv2.imread(str(tiny_coco / "pictures" / "000000000529.jpg"))
-    assert drawn.shape == cv2.imread(str(image)).shape
+    saved = json.loads((out_dir(tiny_coco) / "metrics.json").read_text())
+    assert saved["num_images"] == 5
+
+
+# ---- resuming -----------------------------------------------------------------------------
+
+def _interrupt_after(tiny_coco, images, stop):
+    """Start test.py on `images` images, call `stop(process)` once 3 are journalled."""
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    process = subprocess.Popen(
+        script("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
+               "--images", images), cwd=ROOT, env=script_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if journal.is_file() and journal.read_text().count("\n") >= 4:  # header + 3 images
+            stop(process)
+            break
+        time.sleep(0.005)
+    _, stderr = process.communicate(timeout=120)
+    return process.returncode, stderr
+
+
+def _metrics(root):
+    folder = out_dir(root)
+    return (json.loads((folder / "metrics.json").read_text()),
+            (folder / "results.json").read_bytes())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(coco128, tmp_path_factory):
+    """Metrics and results of an uninterrupted 10-image run (its own folders)."""
+    root = make_tiny_coco(coco128, tmp_path_factory.mktemp("whole"), test_scales=[0.5])
+    done = cli(root, "--images", 10)
+    assert done.returncode == 0, done.stderr
+    return _metrics(root)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterrupted, how):
+    root = make_tiny_coco(coco128, tmp_path, test_scales=[0.5])
+    code, stderr = _interrupt_after(root, 10, lambda p: p.send_signal(getattr(signal, how)))
+    if how == "SIGTERM":
+        assert code == 128 + signal.SIGTERM and "run the same command again" in stderr
+        assert "Traceback" not in stderr
+    else:
+        assert code == -signal.SIGKILL
+    journalled = (out_dir(root) / "partial.jsonl").read_text().count("\n") - 1
+    assert 3 <= journalled < 10, "the run was not interrupted in the middle"
+
+    done = cli(root, "--images", 10)
+    assert done.returncode == 0, done.stderr
+    assert "resuming:" in done.stdout
+    metrics, results = _metrics(root)
+    assert metrics["metrics"] == uninterrupted[0]["metrics"]
+    assert results == uninterrupted[1]
+    assert metrics["num_images"] == 10
+
+
+def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco):
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    code, _ = _interrupt_after(tiny_coco, 12, lambda p: p.kill())
+    assert code == -signal.SIGKILL and journal.is_file()
+    config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
+    config["db"]["top_k"] = 10
+    (tiny_coco / "configs" / "CocoTiny.json").write_text(json.dumps(config))
+    done = cli(tiny_coco, "--images", 12)
+    assert done.returncode == 0, done.stderr
+    assert "starting afresh" in done.stdout and "config" in done.stdout
+    assert "resuming" not in done.stdout
+
+
+# ---- failing before the long part -------------------------------------------------------
+
+def test_missing_evaluator_stops_before_loading_the_network(tiny_coco, tmp_path):
+    fake = tmp_path / "no_evaluator"
+    for package in ("faster_coco_eval", "pycocotools"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text(f"raise ImportError('no {package}')\n")
+    done = cli(tiny_coco, PYTHONPATH_FIRST=str(fake))
+    one_line_error(done, 2, "faster-coco-eval", "'coco' extra")
+    assert "loading" not in done.stdout
+
+
+def test_unwritable_results_folder_is_one_line(tiny_coco):
+    config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
+    (tiny_coco / "a_file").write_text("")
+    config["system"]["result_dir"] = str(tiny_coco / "a_file" / "results")
+    (tiny_coco / "configs" / "CocoTiny.json").write_text(json.dumps(config))
+    done = cli(tiny_coco)
+    one_line_error(done, 2, "cannot write results", "a_file")
+    assert "loading" not in done.stdout
+
+
+def test_missing_snapshot_is_one_line(tiny_coco):
+    done = cli(tiny_coco, "--testiter", 7)
+    one_line_error(done, 2, "no snapshot for iteration 7", "CocoTiny_0.pkl")
+
+
+def test_traceback_only_when_asked(tiny_coco):
+    assert "Traceback" in cli(tiny_coco, "--testiter", 7, CORNERNET_DEBUG="1").stderr
+
+
+def test_bad_usage_exits_2(tiny_coco):
+    assert cli(tiny_coco, "--images", 0).returncode == 2
+    one_line_error(run("test.py", "NoSuchConfig"), 2, "NoSuchConfig")
+
+
+# ---- unreadable images and test-dev -------------------------------------------------------
+
+def test_unreadable_image_is_a_counted_miss(coco128, tmp_path):
+    images = tmp_path / "images"
+    shutil.copytree(coco128 / "images", images, symlinks=True)
+    first = images / "000000000529.jpg"
+    first.unlink()
+    first.write_bytes(b"not a jpeg")
+    root = make_tiny_coco(coco128, tmp_path, image_dirs={"val": str(images)})
+    done = cli(root, "--images", 4)
+    assert done.returncode == 0, done.stderr
+    assert "1 of 4 images could not be read" in done.stdout and "000000000529.jpg" in done.stdout
+    saved = json.loads((out_dir(root) / "metrics.json").read_text())
+    assert saved["num_images"] == 4 and saved["unreadable"] == 1
+
+
+def test_testdev_as_downloaded(coco128, tmp_path):
+    root = make_tiny_coco(coco128, tmp_path)
+    coco = tmp_path / "data" / "coco"
+    (coco / "annotations").mkdir(parents=True)
+    (coco / "images").mkdir()
+    os.symlink(coco128 / "images", coco / "images" / "test2017")
+    info = json.loads((coco128 / "annotations" / "instances_coco128_val.json").read_text())
+    del info["annotations"]
+    (coco / "annotations" / "image_info_test-dev2017.json").write_text(json.dumps(info))
+    config = json.loads((root / "configs" / "CocoTiny.json").read_text())
+    config["system"]["data_dir"] = str(tmp_path / "data")
+    del config["db"]["image_dirs"], config["db"]["annotation_files"]
+    (root / "configs" / "CocoTiny.json").write_text(json.dumps(config))
+
+    done = cli(root, "--split", "testdev", "--images", 2)
+    assert done.returncode == 0, done.stderr
+    assert "evaluation skipped: this split has no boxes" in done.stdout
+    results = json.loads((out_dir(root, "testdev") /
+                          "detections_test-dev2017_CocoTiny_results.json").read_text())
+    assert results and set(results[0]) == {"image_id", "category_id", "bbox", "score"}
+    assert not (out_dir(root, "testdev") / "metrics.json").exists()
+
+
+def test_ctrl_c_twice_stops_quietly(tiny_coco):
+    def two_interrupts(process):
+        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGINT)
+
+    code, stderr = _interrupt_after(tiny_coco, 12, two_interrupts)
+    assert code == 128 + signal.SIGINT and "Traceback" not in stderr
+
+
+def test_results_never_leave_the_results_folder(tiny_coco):
+    spec = importlib.util.spec_from_file_location("test_script", ROOT / "test.py")
+    test_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(test_script)
+    system_config, _ = load_config("CocoTiny", tiny_coco / "configs")
+    args = test_script.parse_args(["CocoTiny"])
+    inside = test_script.result_folder(args, system_config, 0, "val")
+    assert inside == tiny_coco / "results" / "CocoTiny" / "0" / "val"
+    with pytest.raises(test_script.UsageError, match="outside system.result_dir"):
+        test_script.result_folder(args, system_config, 0, "../../../elsewhere")

@@ -10,6 +10,8 @@ import cv2
 import numpy as np
 
 FONT = cv2.FONT_HERSHEY_SIMPLEX
+# Ground truth is white; class colours (class_color) stay below 255 in every channel.
+GT_COLOR = (255, 255, 255)
 
 
 def class_color(name: str) -> tuple[int, int, int]:
@@ -49,12 +51,36 @@ def draw_detections(image: np.ndarray, bboxes: dict[str, np.ndarray], thresh: fl
     return image
 
 
+def draw_ground_truth(image: np.ndarray, boxes: dict[str, np.ndarray],
+                      font_scale: float = 0.4) -> np.ndarray:
+    """Draw ground-truth boxes thin and white, labelled "gt name" below their top-left corner.
+
+    Args:
+        image: (H, W, 3) uint8 BGR; not modified.
+        boxes: {class name: (n, >=4) [x1, y1, x2, y2, ...]} in image pixels.
+
+    Returns:
+        (H, W, 3) uint8 BGR copy with the drawings.
+    """
+    image = image.copy()
+    for name, rows in boxes.items():
+        for x1, y1, x2, y2 in np.asarray(rows)[:, :4]:
+            x1, y1, x2, y2 = (int(v) for v in (x1, y1, x2, y2))
+            cv2.rectangle(image, (x1, y1), (x2, y2), GT_COLOR, 1)
+            cv2.putText(image, f"gt {name}", (x1 + 2, y1 + 12), FONT, font_scale, GT_COLOR, 1,
+                        cv2.LINE_AA)
+    return image
+
+
 def save_detections(path: Path, image: np.ndarray, top_bboxes: dict[int, np.ndarray],
-                    cls2name: Callable[[int], str], thresh: float = 0.5) -> Path:
-    """Write `image` with the detections of `top_bboxes` ({cls 1..C: (n, 5)}) as a JPEG."""
+                    cls2name: Callable[[int], str], thresh: float = 0.5,
+                    ground_truth: dict[str, np.ndarray] | None = None) -> Path:
+    """Write `image` with the detections of `top_bboxes` ({cls 1..C: (n, 5)}) scoring above
+    `thresh` and, if given, the `ground_truth` boxes ({class name: (n, 4)}), as a JPEG."""
     named = {cls2name(cls): boxes for cls, boxes in top_bboxes.items() if len(boxes)}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(path), draw_detections(image, named, thresh)):
+    drawn = draw_ground_truth(image, ground_truth) if ground_truth else image
+    if not cv2.imwrite(str(path), draw_detections(drawn, named, thresh)):
         raise OSError(f"could not write {path}")
     return path

@@ -4,6 +4,11 @@ Semantics follow the original CornerNet-Lite `_decode`: sigmoid, max-pool NMS on
 top-K corners over all classes and positions, every (top-left, bottom-right) pair of the top K
 forms a candidate box, and pairs are rejected (score -1) when their classes differ, their
 embeddings are further apart than `ae_threshold`, or the box is inverted.
+
+The top-K corners are found without scoring every pixel (`peak_topk`): the original spends most
+of its time max-pooling all class maps, while only a few hundred pixels can be among the best.
+The result is that of the dense computation bit for bit; equal corner scores are ordered by
+their flat (class, y, x) index, where `torch.topk` leaves their order unspecified.
 """
 
 from __future__ import annotations
@@ -11,6 +16,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+# torch runs an operation on several threads only from this many elements on.
+PARALLEL_GRAIN = 32768
+# sigmoid_scores works in blocks below the parallel grain and a multiple of every vector width,
+# so each block is computed by one thread with the vector formula only.
+SIGMOID_BLOCK = 16384
+# peak_topk first looks at this many rows (one class, one y) per wanted corner.
+CANDIDATE_ROWS_PER_K = 4
 
 
 def transpose_and_gather(feat: Tensor, ind: Tensor) -> Tensor:
@@ -29,6 +42,32 @@ def transpose_and_gather(feat: Tensor, ind: Tensor) -> Tensor:
     return feat.flatten(2).gather(2, index).transpose(1, 2)
 
 
+def sigmoid_scores(logits: Tensor) -> Tensor:
+    """Elementwise sigmoid whose value for an element does not depend on where it sits.
+
+    torch's CPU kernel computes the last few elements of each thread's range with a scalar
+    formula that can differ by one ulp from its vector formula, so `logits.sigmoid()` of a whole
+    map and of a few gathered elements can disagree. Here every element goes through the vector
+    formula: the flat input is padded to whole blocks that are each computed by one thread.
+
+    Args:
+        logits: any shape, float32.
+
+    Returns:
+        Same shape, float32 probabilities.
+    """
+    if logits.device.type != "cpu":
+        return logits.sigmoid()
+    flat = logits.reshape(-1)
+    blocks = -(-flat.numel() // SIGMOID_BLOCK)
+    padded = flat.new_zeros(blocks * SIGMOID_BLOCK)
+    padded[:flat.numel()] = flat
+    padded = padded.view(blocks, SIGMOID_BLOCK)
+    for row in padded:
+        torch.sigmoid(row, out=row)
+    return padded.view(-1)[:flat.numel()].view(logits.shape)
+
+
 def nms_heatmap(heat: Tensor, kernel: int = 1) -> Tensor:
     """Zero every score that is not the maximum of its `kernel` x `kernel` neighbourhood.
 
@@ -44,8 +83,32 @@ def nms_heatmap(heat: Tensor, kernel: int = 1) -> Tensor:
     return heat * (hmax == heat)
 
 
+def ordered_topk(values: Tensor, K: int) -> tuple[Tensor, Tensor]:
+    """The K largest entries of each row, ties broken by the lower index.
+
+    `Tensor.topk` orders equal values arbitrarily; a fixed order makes the fast and the dense
+    decoding paths agree on every row, and the output the same on every machine.
+
+    Args:
+        values: (B, N) float.
+        K: entries per row, at most N.
+
+    Returns:
+        values (B, K) descending, and their indices (B, K) int64 into the N entries.
+    """
+    kth = values.topk(K, dim=1).values[:, -1:]
+    above = values > kth
+    ties = values == kth
+    wanted = K - above.sum(1, keepdim=True)
+    chosen = above | (ties & (ties.cumsum(1) <= wanted))
+    inds = chosen.nonzero()[:, 1].view(values.shape[0], K)
+    picked = values.gather(1, inds)
+    picked, order = picked.sort(dim=1, descending=True, stable=True)
+    return picked, inds.gather(1, order)
+
+
 def topk(scores: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """The K best entries of each image over all classes and positions.
+    """The K best entries of each image over all classes and positions (ties: lower flat index).
 
     Args:
         scores: (B, C, H, W) float.
@@ -58,12 +121,101 @@ def topk(scores: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor
         ys, xs (B, K) float32, integer-valued map coordinates.
     """
     batch, _, height, width = scores.shape
-    top_scores, top_inds = scores.view(batch, -1).topk(K)
-    clses = top_inds // (height * width)
-    inds = top_inds % (height * width)
-    ys = (inds // width).float()
-    xs = (inds % width).float()
-    return top_scores, inds, clses, ys, xs
+    top_scores, top_inds = ordered_topk(scores.reshape(batch, -1), K)
+    return (top_scores, *_split_index(top_inds, height, width))
+
+
+def _split_index(flat: Tensor, height: int, width: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Flat (class, y, x) indices -> spatial index, class, y and x (float) as `topk` returns."""
+    clses = flat // (height * width)
+    inds = flat % (height * width)
+    return inds, clses, (inds // width).float(), (inds % width).float()
+
+
+def peak_topk(logits: Tensor, K: int, kernel: int = 1
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`topk(nms_heatmap(sigmoid_scores(logits), kernel), K)`, without scoring every pixel.
+
+    Rows (one class, one y) are ranked by their largest logit; `t` is the row maximum of rank
+    `CANDIDATE_ROWS_PER_K * K`, and the pixels whose logit reaches `t` (all in the best rows) are
+    the candidates. Every other pixel has a logit below `t`, so a score at most sigmoid(t) (plus
+    rounding: at least 8 ulps are allowed for). When K candidates are local maxima scoring above
+    that, they are the K best of the whole map, ties included; otherwise four times as many rows
+    are taken, and when that reaches a quarter of the rows the whole map is scored.
+
+    Args:
+        logits: (B, C, H, W) float32 heatmap logits.
+        K: entries per image; at most C * H * W.
+        kernel: odd local-maximum window.
+
+    Returns:
+        As `topk`, bit for bit.
+    """
+    batch, channels, height, width = logits.shape
+    row_max = logits.amax(3).reshape(batch, channels * height)
+    found = [_image_peaks(logits[b], row_max[b], K, kernel) for b in range(batch)]
+    scores = torch.stack([score for score, _ in found])
+    flat = torch.stack([index for _, index in found])
+    return (scores, *_split_index(flat, height, width))
+
+
+def _image_peaks(logits: Tensor, row_max: Tensor, K: int, kernel: int) -> tuple[Tensor, Tensor]:
+    """`peak_topk` of one image: logits (C, H, W), row_max (C * H,) the largest logit of each
+    row. Returns scores (K,) and flat indices (K,) into the C * H * W pixels."""
+    channels, height, width = logits.shape
+    rows = logits.reshape(channels * height, width)
+    take = CANDIDATE_ROWS_PER_K * K
+    while take <= len(row_max) // 4:
+        threshold = row_max.topk(take).values[-1]
+        picked = (row_max >= threshold).nonzero()[:, 0]
+        flat = _pixels_reaching(rows, picked, threshold)
+        if len(flat) >= K:
+            values = _peak_values(logits, flat, kernel)
+            scores, order = ordered_topk(values[None], K)
+            # Pixels outside the candidates score at most sigmoid(threshold), up to rounding.
+            bound = float(sigmoid_scores(threshold.view(1))[0]) * (1 + 2 ** -20)
+            if float(scores[0, -1]) > bound:
+                return scores[0], flat[order[0]]
+        take *= 4
+    heat = nms_heatmap(sigmoid_scores(logits)[None], kernel)
+    scores, flat = ordered_topk(heat.reshape(1, -1), K)
+    return scores[0], flat[0]
+
+
+def _pixels_reaching(rows: Tensor, picked: Tensor, threshold: Tensor) -> Tensor:
+    """Flat indices, ascending, of the pixels of rows `picked` (ascending) of `rows` (R, W)
+    whose logit reaches `threshold`.
+
+    The rows go in groups below torch's parallel grain: on a busy machine every parallel region
+    waits for a free core, which costs more than these small operations themselves.
+    """
+    width = rows.shape[1]
+    group = max(1, PARALLEL_GRAIN // width)
+    found = []
+    for part in picked.split(group):
+        hits = (rows[part] >= threshold).nonzero()
+        found.append(part[hits[:, 0]] * width + hits[:, 1])
+    return torch.cat(found)
+
+
+def _peak_values(logits: Tensor, flat: Tensor, kernel: int) -> Tensor:
+    """`nms_heatmap(sigmoid_scores(logits))` at the flat (c, y, x) indices `flat` (N,) of
+    logits (C, H, W): each pixel's score if it is the largest of its window, else 0."""
+    _, height, width = logits.shape
+    ys = flat % (height * width) // width
+    xs = flat % width
+    pad = (kernel - 1) // 2
+    window = torch.arange(-pad, pad + 1, device=flat.device)
+    dys = window.repeat_interleave(kernel)
+    dxs = window.repeat(kernel)
+    ny, nx = ys[:, None] + dys, xs[:, None] + dxs
+    inside = (ny >= 0) & (ny < height) & (nx >= 0) & (nx < width)
+    neighbours = (flat[:, None] + dys * width + dxs).where(inside, flat[:, None])
+    scores = sigmoid_scores(logits.reshape(-1)[neighbours])
+    # Outside the map max_pool2d pads with -inf: such positions can never be the maximum.
+    scores = scores.where(inside, torch.zeros((), dtype=scores.dtype, device=scores.device))
+    own = scores[:, (kernel * kernel) // 2]
+    return own * (scores.amax(1) == own)
 
 
 def decode(
@@ -104,10 +256,8 @@ def decode(
             f"got K={K}, num_dets={num_dets}: lower top_k or num_dets in the config"
         )
 
-    tl_heat = nms_heatmap(tl_heat.float().sigmoid(), kernel)
-    br_heat = nms_heatmap(br_heat.float().sigmoid(), kernel)
-    tl_scores, tl_inds, tl_clses, tl_ys, tl_xs = topk(tl_heat, K)
-    br_scores, br_inds, br_clses, br_ys, br_xs = topk(br_heat, K)
+    tl_scores, tl_inds, tl_clses, tl_ys, tl_xs = peak_topk(tl_heat.float(), K, kernel)
+    br_scores, br_inds, br_clses, br_ys, br_xs = peak_topk(br_heat.float(), K, kernel)
 
     # Pair grid: dim 1 indexes the top-left corner, dim 2 the bottom-right corner.
     tl_ys, tl_xs = tl_ys.unsqueeze(2), tl_xs.unsqueeze(2)

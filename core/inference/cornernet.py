@@ -10,6 +10,7 @@ and divided by the scale. Then per class (soft-)NMS and the `max_per_image` cut.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import cv2
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 
 from .soft_nms import soft_nms
+from .timing import StageTimer
 
 # Every input side is `k * 128 - 1`, as in the original (crop_image to `side | 127`).
 GRID_MASK = 127
@@ -29,14 +31,25 @@ def network_input(images: np.ndarray, mean: np.ndarray, std: np.ndarray,
     Args:
         images: (B, H, W, 3) uint8 BGR.
         mean, std: (3,) float32 BGR, in units of 1/255 of the pixel range.
-        device: where the network runs; the uint8 batch travels, the float one is made there.
+        device: where the network runs; on a GPU the uint8 batch travels and the float one is
+            made there, on the CPU a 256-entry table per channel maps the pixels.
 
     Returns:
-        (B, 3, H, W) float32 `(images / 255 - mean) / std` on `device`.
+        (B, 3, H, W) float32 `(images / 255 - mean) / std` on `device`, in channels-last
+        memory layout (strides of the (B, H, W, 3) array).
     """
+    mean_t = torch.as_tensor(mean, dtype=torch.float32)
+    std_t = torch.as_tensor(std, dtype=torch.float32)
+    if torch.device(device).type == "cpu":
+        # Every value is one of 256 per channel: computed once, elementwise exactly as below.
+        table = ((torch.arange(256, dtype=torch.float32)[:, None] / 255 - mean_t) / std_t)
+        batch, height, width, _ = images.shape
+        pixels = cv2.LUT(np.ascontiguousarray(images).reshape(batch * height, width, 3),
+                         table.numpy()[None])
+        return torch.from_numpy(pixels.reshape(images.shape)).permute(0, 3, 1, 2)
     batch = torch.from_numpy(np.ascontiguousarray(images)).to(device).permute(0, 3, 1, 2)
-    mean_t = torch.as_tensor(mean, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
-    std_t = torch.as_tensor(std, dtype=torch.float32, device=batch.device).view(1, 3, 1, 1)
+    mean_t = mean_t.to(batch.device).view(1, 3, 1, 1)
+    std_t = std_t.to(batch.device).view(1, 3, 1, 1)
     return (batch.float() / 255 - mean_t) / std_t
 
 
@@ -137,10 +150,19 @@ def per_class_nms(dets: np.ndarray, categories: int, max_per_image: int,
         order soft-NMS picked them.
     """
     dets = dets[dets[:, 4] > -1]
-    classes = dets[:, 7].astype(np.int64)
+    # One stable sort groups the rows by class in their original order; empty classes cost
+    # nothing.
+    dets = dets[np.argsort(dets[:, 7], kind="stable")]
+    classes, starts = np.unique(dets[:, 7].astype(np.int64), return_index=True)
+    bounds = dict(zip(classes.tolist(), zip(starts.tolist(), [*starts[1:].tolist(), len(dets)])))
+    empty = np.zeros((0, 5), dtype=np.float32)
     top_bboxes = {}
     for j in range(categories):
-        _, kept = soft_nms(dets[classes == j, 0:7], **nms_kwargs)
+        if j not in bounds:
+            top_bboxes[j + 1] = empty
+            continue
+        begin, end = bounds[j]
+        _, kept = soft_nms(dets[begin:end, 0:7], **nms_kwargs)
         top_bboxes[j + 1] = kept[:, 0:5]
 
     scores = np.concatenate([b[:, 4] for b in top_bboxes.values()])
@@ -151,8 +173,48 @@ def per_class_nms(dets: np.ndarray, categories: int, max_per_image: int,
     return top_bboxes
 
 
-def cornernet_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.ndarray]:
-    """Detect objects in one image with a CornerNet or CornerNet-Squeeze network.
+def decode_kwargs(cfg: dict) -> dict[str, Any]:
+    """The decode settings of a db config, as `nnet.test` takes them."""
+    return {"K": cfg["top_k"], "kernel": cfg["nms_kernel"], "ae_threshold": cfg["ae_threshold"],
+            "num_dets": cfg["num_dets"]}
+
+
+@dataclass
+class ScaleInput:
+    """One image at one test scale, ready for the network (see `prepare_cornernet`).
+
+    `pixels` is (1 or 2, h, w, 3) uint8: the canvas and, with `test_flipped`, its mirror image.
+    """
+
+    pixels: np.ndarray
+    border: np.ndarray
+    size: np.ndarray
+    ratios: np.ndarray
+    out_width: int
+    scale: float
+
+
+def prepare_cornernet(db: Any, image: np.ndarray) -> list[ScaleInput]:
+    """The CPU part of CornerNet inference for one (H, W, 3) uint8 BGR image: per test scale,
+    resize, centre on the canvas and mirror. Runs in the reader thread of `detect`."""
+    cfg = db.configs
+    inputs = []
+    for scale in cfg["test_scales"]:
+        canvas, border, size = resize_and_pad(image, scale)
+        out_h, out_w = output_size(canvas.shape[:2], cfg["input_size"], cfg["output_sizes"][0])
+        ratios = np.array([out_h / canvas.shape[0], out_w / canvas.shape[1]], dtype=np.float32)
+        pixels = canvas[None]
+        if cfg["test_flipped"]:
+            pixels = np.stack((canvas, cv2.flip(canvas, 1)))
+        inputs.append(ScaleInput(pixels, border, size, ratios, out_w, scale))
+    return inputs
+
+
+def run_cornernet(db: Any, nnet: Any, images: list[list[ScaleInput]],
+                  timer: StageTimer | None = None) -> list[dict[int, np.ndarray]]:
+    """Detect objects in prepared images with a CornerNet or CornerNet-Squeeze network.
+
+    Images whose canvases have the same size at a scale go through the network together.
 
     Args:
         db: dataset with `configs` (top_k, ae_threshold, nms_kernel, num_dets, test_flipped,
@@ -160,30 +222,39 @@ def cornernet_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.n
             max_per_image), `mean`, `std`.
         nnet: NetworkFactory-like: `device`, `test(images, **decode_kwargs)` returning
             detections (B, num_dets, 8) first.
-        image: (H, W, 3) uint8 BGR.
+        images: per image, `prepare_cornernet`'s output.
+        timer: where the time of the network and of the NMS is added up, if given.
 
     Returns:
-        {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]} in image pixels.
+        Per image {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]} in image pixels.
     """
+    timer = timer or StageTimer()
     cfg = db.configs
-    decode_kwargs = {"K": cfg["top_k"], "kernel": cfg["nms_kernel"],
-                     "ae_threshold": cfg["ae_threshold"], "num_dets": cfg["num_dets"]}
-    all_dets = []
-    for scale in cfg["test_scales"]:
-        canvas, border, size = resize_and_pad(image, scale)
-        out_h, out_w = output_size(canvas.shape[:2], cfg["input_size"], cfg["output_sizes"][0])
-        ratios = np.array([out_h / canvas.shape[0], out_w / canvas.shape[1]], dtype=np.float32)
+    per_image: list[list[np.ndarray]] = [[] for _ in images]
+    for scale_index in range(len(cfg["test_scales"])):
+        groups: dict[tuple, list[int]] = {}
+        for k, inputs in enumerate(images):
+            groups.setdefault(inputs[scale_index].pixels.shape, []).append(k)
+        for members in groups.values():
+            scale_inputs = [images[k][scale_index] for k in members]
+            with timer.stage("network"):
+                batch = network_input(np.concatenate([x.pixels for x in scale_inputs]),
+                                      db.mean, db.std, nnet.device)
+                dets = nnet.test(batch, **decode_kwargs(cfg))[0].float().cpu().numpy()
+            with timer.stage("nms"):
+                per_input = len(scale_inputs[0].pixels)
+                for k, x, rows in zip(members, scale_inputs, np.split(dets, len(members))):
+                    scale_dets = rows[0]
+                    if per_input == 2:
+                        scale_dets = np.concatenate((scale_dets, flip_back(rows[1], x.out_width)))
+                    per_image[k].append(map_to_image(scale_dets, x.ratios, x.border, x.size,
+                                                     x.scale))
+    with timer.stage("nms"):
+        return [per_class_nms(np.concatenate(dets, axis=0), cfg["categories"],
+                              cfg["max_per_image"], **nms_config(cfg)) for dets in per_image]
 
-        batch = canvas[None]
-        if cfg["test_flipped"]:
-            batch = np.concatenate((batch, batch[:, :, ::-1]), axis=0)
-        images = network_input(batch, db.mean, db.std, nnet.device)
-        dets = nnet.test(images, **decode_kwargs)[0].float().cpu().numpy()
 
-        scale_dets = dets[0]
-        if cfg["test_flipped"]:
-            scale_dets = np.concatenate((scale_dets, flip_back(dets[1], out_w)), axis=0)
-        all_dets.append(map_to_image(scale_dets, ratios, border, size, scale))
-
-    return per_class_nms(np.concatenate(all_dets, axis=0), cfg["categories"],
-                         cfg["max_per_image"], **nms_config(cfg))
+def cornernet_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.ndarray]:
+    """Detect objects in one (H, W, 3) uint8 BGR image: `run_cornernet` of
+    `prepare_cornernet`. Returns {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]}."""
+    return run_cornernet(db, nnet, [prepare_cornernet(db, image)])[0]

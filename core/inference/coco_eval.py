@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +48,30 @@ def to_coco_results(top_bboxes: dict[int, dict[int, np.ndarray]],
     return results
 
 
+class MissingEvaluator(ImportError):
+    """The COCO evaluator of a backend is not installed; the message says how to install it."""
+
+
 def _backend(name: str) -> tuple[type, type]:
-    if name == "faster":
-        from faster_coco_eval import COCO, COCOeval_faster
-        return COCO, COCOeval_faster
-    if name == "pycocotools":
-        from pycocotools.coco import COCO
-        from pycocotools.cocoeval import COCOeval
-        return COCO, COCOeval
+    try:
+        if name == "faster":
+            from faster_coco_eval import COCO, COCOeval_faster
+            return COCO, COCOeval_faster
+        if name == "pycocotools":
+            from pycocotools.coco import COCO
+            from pycocotools.cocoeval import COCOeval
+            return COCO, COCOeval
+    except ImportError as err:
+        package = "faster-coco-eval" if name == "faster" else "pycocotools"
+        raise MissingEvaluator(
+            f"COCO evaluation needs {package} ({err}): install the 'coco' extra with "
+            f"pip install -e \".[coco]\", or choose the other --backend") from None
     raise ValueError(f"unknown COCO evaluation backend '{name}'; valid: {', '.join(BACKENDS)}")
+
+
+def require_backend(name: str) -> None:
+    """Raise `MissingEvaluator` now, before a long run, when `name` cannot be imported."""
+    _backend(name)
 
 
 def evaluate_coco(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
@@ -102,38 +117,60 @@ def format_metrics(metrics: dict[str, float]) -> str:
     )
 
 
-def save_and_evaluate(db: Any, top_bboxes: dict[int, dict[int, np.ndarray]], out_dir: Path,
-                      backend: str = "faster") -> dict[str, float] | None:
-    """Write `results.json` to `out_dir` and, when the split has annotations, `metrics.json`.
+def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
+          backend: str = "faster", *, image_ids: Sequence[int] | None = None,
+          unreadable: Mapping[int, str] | None = None,
+          results_name: str = "results.json") -> dict[str, float] | None:
+    """Write the COCO results file to `out_dir` and, when the split has boxes, `metrics.json`.
 
     Args:
         db: dataset with `cls2coco`, `num_classes`, `annotation_file`, `has_annotations`.
-        top_bboxes: {image_id: {cls 1..C: (n, 5) [x1, y1, x2, y2, score]}} of the images run.
+        detections: {image_id: {cls 1..C: (n, 5) [x1, y1, x2, y2, score]}} of the images run.
         out_dir: results/<Cfg>/<iter>/<split>; created if needed.
         backend: see `evaluate_coco`.
+        image_ids: every image evaluated (default: those of `detections` and `unreadable`);
+            results are written in this order, and an image without detections (unreadable,
+            or nothing found) counts as a miss for each of its objects.
+        unreadable: {image_id: reason} of the images that could not be read; counted in
+            metrics.json.
+        results_name: file name of the results (test-dev submissions have a fixed pattern).
 
     Returns:
-        The metrics, or None for a split without annotations (test-dev), which is only written.
+        The 12 metrics, or None for a split without boxes (test-dev), which is only written.
     """
+    unreadable = dict(unreadable or {})
+    if image_ids is None:
+        image_ids = [*detections, *(i for i in unreadable if i not in detections)]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    results = to_coco_results(top_bboxes, db.cls2coco)
-    result_file = out_dir / "results.json"
+    ordered = {image_id: detections[image_id] for image_id in image_ids
+               if image_id in detections}
+    results = to_coco_results(ordered, db.cls2coco)
+    result_file = out_dir / results_name
     result_file.write_text(json.dumps(results))
-    print(f"wrote {len(results)} detections of {len(top_bboxes)} images to {result_file}")
+    print(f"wrote {len(results)} detections of {len(ordered)} images to {result_file}")
+    if unreadable:
+        print(f"{len(unreadable)} of {len(image_ids)} images could not be read and are scored "
+              f"as images without detections: {_first(unreadable.values())}")
     if not db.has_annotations:
-        print("this split has no annotations: evaluation skipped (submit results.json to the "
-              "evaluation server)")
+        print("evaluation skipped: this split has no boxes (an image-info file); submit "
+              f"{result_file.name} to the COCO evaluation server")
         return None
 
     category_ids = [db.cls2coco(cls) for cls in range(1, db.num_classes + 1)]
-    metrics = evaluate_coco(db.annotation_file, results, top_bboxes.keys(), category_ids,
-                            backend)
+    metrics = evaluate_coco(db.annotation_file, results, image_ids, category_ids, backend)
     print(format_metrics(metrics))
     metrics_file = out_dir / "metrics.json"
     metrics_file.write_text(json.dumps({
-        "metrics": metrics, "backend": backend, "num_images": len(top_bboxes),
+        "metrics": metrics, "backend": backend, "num_images": len(image_ids),
+        "unreadable": len(unreadable), "unreadable_images": sorted(unreadable.values()),
         "annotation_file": str(db.annotation_file),
     }, indent=2))
     print(f"wrote {metrics_file}")
     return metrics
+
+
+def _first(reasons: Iterable[str], count: int = 3) -> str:
+    reasons = list(reasons)
+    more = f" (and {len(reasons) - count} more)" if len(reasons) > count else ""
+    return "; ".join(reasons[:count]) + more

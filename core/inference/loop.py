@@ -1,0 +1,234 @@
+"""The test loop: detect objects in a list of dataset images, reading ahead in a thread.
+
+A reader thread reads (JPEG decoding) and prepares (resizing, padding, mirroring) the next
+images while the main thread runs the network, the decoding and the NMS, so the device waits
+for the disk only when reading is slower than everything else. Images go through the network in
+fixed groups of `batch_size` consecutive images of the list (those of one canvas size together),
+so a run and its resumption (see test.py) batch every image alike.
+
+`detect` is what test.py and the trainer's periodic evaluation both call; its result holds
+only numpy arrays and plain types, so ranks can gather it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from core.config import lookup
+from core.utils.images import ImageReadError
+
+from .registry import Inference, test_func
+from .timing import StageTimer
+
+# Prepared images waiting in the reader's queue, per image of a batch (at least 4).
+READ_AHEAD_BATCHES = 2
+
+
+@dataclass
+class ImageResult:
+    """One image of a run, as `detect` hands it to `on_image` when it is done.
+
+    `detections` is None and `error` says why when the image could not be read.
+    """
+
+    ind: int
+    image_id: int
+    image: np.ndarray | None
+    detections: dict[int, np.ndarray] | None
+    error: str | None = None
+
+
+@dataclass
+class DetectionRun:
+    """What `detect` found.
+
+    Attributes:
+        image_ids: every image of the run, in the order of the indices given.
+        detections: {image id: {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]}} of the
+            images that could be read.
+        unreadable: {image id: the reason, naming the file} of the others; they are scored
+            as images without detections.
+        seconds: wall-clock seconds per stage: read and prepare (in the reader thread), wait
+            (the main thread waiting for the reader), network, decode, nms.
+    """
+
+    image_ids: list[int] = field(default_factory=list)
+    detections: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
+    unreadable: dict[int, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def merge(cls, runs: Sequence[DetectionRun]) -> DetectionRun:
+        """One run from several (for example one per rank); seconds are added up."""
+        merged = cls()
+        for run in runs:
+            merged.image_ids.extend(run.image_ids)
+            merged.detections.update(run.detections)
+            merged.unreadable.update(run.unreadable)
+            for stage, seconds in run.seconds.items():
+                merged.seconds[stage] = merged.seconds.get(stage, 0.0) + seconds
+        return merged
+
+
+def detect(db: Any, nnet: Any, system_config: Any, inds: Sequence[int], *,
+           progress: bool = False, batch_size: int = 1,
+           on_image: Callable[[ImageResult], None] | None = None) -> DetectionRun:
+    """Run the configured inference (`system.sampling_function`) on images `inds` of `db`.
+
+    Args:
+        db: the dataset: `read_image(ind)`, `image_id(ind)`, `configs`, `mean`, `std`.
+        nnet: NetworkFactory-like in eval mode: `device`, `model`, `test(images, **kwargs)`.
+        system_config: SystemConfig (`sampling_function`, `strict_images`).
+        inds: dataset indices, e.g. `db.db_inds` or one rank's share of them.
+        progress: show a progress bar.
+        batch_size: consecutive images that go through the network together (when their
+            inputs have the same size); 1 gives every image the same numbers in any run.
+        on_image: called with each image's `ImageResult` as soon as it is done.
+
+    Returns:
+        A `DetectionRun`. An unreadable image is an error with `system.strict_images`.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    inference: Inference = lookup(test_func, system_config.sampling_function,
+                                  "sampling function")
+    inds = [int(ind) for ind in inds]
+    run = DetectionRun(image_ids=[db.image_id(ind) for ind in inds])
+    timer = StageTimer()
+    reader = _Reader(db, inds, inference.prepare, timer,
+                     depth=max(4, READ_AHEAD_BATCHES * batch_size))
+    bar = tqdm(total=len(inds), ncols=80, desc="detecting", disable=not progress)
+    try:
+        with _decode_clock(nnet, timer):
+            for start in range(0, len(inds), batch_size):
+                items = [reader.next(timer) for _ in inds[start:start + batch_size]]
+                for result in _run_batch(db, nnet, inference, items, timer,
+                                         system_config.strict_images):
+                    if result.detections is None:
+                        run.unreadable[result.image_id] = result.error
+                    else:
+                        run.detections[result.image_id] = result.detections
+                    if on_image is not None:
+                        on_image(result)
+                bar.update(len(items))
+    finally:
+        bar.close()
+        reader.close()
+    run.seconds = dict(timer.seconds)
+    return run
+
+
+def _run_batch(db: Any, nnet: Any, inference: Inference, items: list[tuple], timer: StageTimer,
+               strict: bool) -> list[ImageResult]:
+    """Detections of the readable images of `items` (ind, image, prepared, error)."""
+    readable = [item for item in items if item[3] is None]
+    if strict and len(readable) < len(items):
+        raise next(item[3] for item in items if item[3] is not None)
+    found = iter(inference.run(db, nnet, [item[2] for item in readable], timer)
+                 if readable else [])
+    return [ImageResult(ind, db.image_id(ind), image,
+                        next(found) if error is None else None,
+                        None if error is None else str(error))
+            for ind, image, _, error in items]
+
+
+class _Failure:
+    """An exception raised in the reader thread, carried to the main thread."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class _Reader:
+    """Reads and prepares the images of `inds` in order in a daemon thread, `depth` ahead."""
+
+    def __init__(self, db: Any, inds: list[int], prepare: Callable, timer: StageTimer,
+                 depth: int) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(db, inds, prepare, timer),
+                                        name="test-reader", daemon=True)
+        self._thread.start()
+
+    def _work(self, db: Any, inds: list[int], prepare: Callable, timer: StageTimer) -> None:
+        try:
+            for ind in inds:
+                start = time.perf_counter()
+                try:
+                    image, error = db.read_image(ind), None
+                except ImageReadError as err:
+                    image, error = None, err
+                read = time.perf_counter()
+                prepared = None if image is None else prepare(db, image)
+                timer.add("read", read - start)
+                timer.add("prepare", time.perf_counter() - read)
+                if not self._put((ind, image, prepared, error)):
+                    return
+        except BaseException as err:  # noqa: BLE001 - re-raised in the main thread
+            self._put(_Failure(err))
+
+    def _put(self, item: object) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def next(self, timer: StageTimer) -> tuple:
+        """The next (ind, image, prepared, error); re-raises the reader's exception."""
+        with timer.stage("wait"):
+            item = self._queue.get()
+        if isinstance(item, _Failure):
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@contextmanager
+def _decode_clock(nnet: Any, timer: StageTimer) -> Iterator[None]:
+    """Split the network's time into the network proper and the decoding inside its test path.
+
+    The last corner head (br_offs of the last stack) finishes the network; the model's forward
+    returns after decoding. Models without those heads are timed as "network" only.
+    """
+    model = getattr(nnet, "model", None)
+    model = getattr(model, "module", model)
+    heads = getattr(model, "br_offs", None)
+    if heads is None:
+        yield
+        return
+    sync = torch.cuda.synchronize if nnet.device.type == "cuda" else (lambda: None)
+    marks: dict[str, float] = {}
+
+    def heads_done(*_: Any) -> None:
+        sync()
+        marks["heads"] = time.perf_counter()
+
+    def forward_done(*_: Any) -> None:
+        if "heads" in marks:
+            seconds = time.perf_counter() - marks.pop("heads")
+            timer.add("decode", seconds)
+            timer.add("network", -seconds)
+
+    handles = [heads[-1].register_forward_hook(heads_done),
+               model.register_forward_hook(forward_done)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()

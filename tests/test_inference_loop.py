@@ -1,0 +1,133 @@
+"""detect(): the test loop the trainer and test.py share, with a fake network and dataset."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import SystemConfig, check_db_config
+from core.inference import DetectionRun, cornernet_saccade_inference, detect
+from core.utils.images import ImageReadError
+
+
+class FakeDB:
+    """Images of different sizes whose pixel value is their index; `bad` ones are unreadable."""
+
+    def __init__(self, count=7, bad=(), raise_on=None):
+        self.configs = check_db_config({"input_size": [127, 127], "output_sizes": [[32, 32]],
+                                        "categories": 2, "top_k": 2, "num_dets": 2,
+                                        "test_flipped": False})
+        self.mean = np.zeros(3, np.float32)
+        self.std = np.ones(3, np.float32)
+        self.db_inds = np.arange(count)
+        self.bad, self.raise_on = set(bad), raise_on
+
+    def image_id(self, ind):
+        return 100 + int(ind)
+
+    def read_image(self, ind):
+        if ind in self.bad:
+            raise ImageReadError(f"/data/{ind}.jpg", "not a decodable image")
+        if ind == self.raise_on:
+            raise RuntimeError("disk on fire")
+        height = 100 if ind % 2 else 60  # two canvas sizes: 127 and 127 x 255
+        return np.full((height, 200 if ind % 2 else 100, 3), ind, np.uint8)
+
+
+class FakeNet:
+    """One box per image scoring 0.1 + index / 2550 (from its pixels); records batch sizes."""
+
+    device = torch.device("cpu")
+
+    def __init__(self):
+        self.batches = []
+
+    def test(self, images, **kwargs):
+        self.batches.append(len(images))
+        value = images[:, 0, 60, 60]  # the centre pixel, normalised: image index / 255
+        rows = [[[10, 10, 20, 20, 0.1 + float(v) / 10, 1, 1, 0],
+                 [0, 0, 1, 1, -1, 0, 0, 0]] for v in value]
+        return (torch.tensor(rows, dtype=torch.float32),)
+
+
+def system(strict=False):
+    return SystemConfig().update_config({"strict_images": strict})
+
+
+def test_every_image_is_detected_in_order_and_unreadable_ones_are_listed():
+    db, net, seen = FakeDB(bad={2}), FakeNet(), []
+    run = detect(db, net, system(), db.db_inds, on_image=seen.append)
+    assert run.image_ids == [100 + k for k in range(7)]
+    assert list(run.detections) == [100, 101, 103, 104, 105, 106]
+    assert list(run.unreadable) == [102] and "/data/2.jpg" in run.unreadable[102]
+    assert [r.image_id for r in seen] == run.image_ids
+    assert seen[2].detections is None and seen[3].image.shape == (100, 200, 3)
+    scores = [run.detections[100 + k][1][0, 4] for k in (0, 1, 3)]
+    np.testing.assert_allclose(scores, [0.1, 0.1 + 1 / 2550, 0.1 + 3 / 2550], rtol=1e-5)
+
+
+def test_batches_group_consecutive_images_of_one_size_and_give_the_same_detections():
+    db = FakeDB()
+    one, three = FakeNet(), FakeNet()
+    single = detect(db, one, system(), db.db_inds, batch_size=1)
+    batched = detect(db, three, system(), db.db_inds, batch_size=3)
+    assert one.batches == [1] * 7
+    # Groups 0-2 (sizes even, odd, even) and 3-5 (odd, even, odd) make batches of 2 and 1,
+    # in the order each size first appears; image 6 is alone.
+    assert three.batches == [2, 1, 2, 1, 1]
+    for image_id, dets in single.detections.items():
+        for cls in dets:
+            np.testing.assert_array_equal(dets[cls], batched.detections[image_id][cls])
+
+
+def test_strict_images_makes_an_unreadable_image_an_error():
+    db = FakeDB(bad={1})
+    with pytest.raises(ImageReadError, match="/data/1.jpg"):
+        detect(db, FakeNet(), system(strict=True), db.db_inds)
+
+
+def test_an_error_in_the_reader_thread_reaches_the_caller():
+    db = FakeDB(raise_on=3)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        detect(db, FakeNet(), system(), db.db_inds)
+
+
+def test_runs_of_ranks_merge_and_pickle():
+    db = FakeDB(bad={5})
+    parts = [detect(db, FakeNet(), system(), db.db_inds[rank::2]) for rank in range(2)]
+    merged = pickle.loads(pickle.dumps(DetectionRun.merge(parts)))
+    whole = detect(db, FakeNet(), system(), db.db_inds)
+    assert sorted(merged.image_ids) == whole.image_ids
+    assert merged.unreadable == whole.unreadable and merged.detections.keys() == \
+        whole.detections.keys()
+    assert set(merged.seconds) >= {"read", "network", "nms"}
+
+
+class FakeSaccadeNet:
+    """Attention peaks at one place of every crop; each call returns one box per crop."""
+
+    device = torch.device("cpu")
+
+    def test(self, images, no_att=False, **kwargs):
+        rows = torch.tensor([[[4, 4, 8, 12, 0.9, 0.9, 0.9, 0]]]).repeat(len(images), 1, 1)
+        if no_att:
+            return rows
+        atts = [torch.zeros(len(images), 1, 64 // r, 64 // r) for r in (16, 8, 4)]
+        atts[1][:, 0, 4, 6] = 0.9
+        return rows, atts
+
+
+def test_saccade_runs_through_the_same_loop():
+    db = FakeDB(count=3)
+    db.configs.update(check_db_config({
+        "input_size": [64, 64], "output_sizes": [[16, 16]], "categories": 2, "top_k": 2,
+        "num_dets": 1, "init_sizes": [64], "ref_dets": False, "att_scales": [[1, 2, 4]],
+        "att_thresholds": [0.3], "att_max_crops": 4}))
+    system_config = SystemConfig().update_config({"sampling_function": "cornernet_saccade"})
+    run = detect(db, FakeSaccadeNet(), system_config, db.db_inds)
+    for ind in db.db_inds:
+        expected = cornernet_saccade_inference(db, FakeSaccadeNet(), db.read_image(ind))
+        for cls, boxes in expected.items():
+            np.testing.assert_array_equal(run.detections[db.image_id(ind)][cls], boxes)
+    assert len(run.detections[100][1]) >= 1
