@@ -38,11 +38,23 @@ TESTDEV_IMAGES = ("testdev2017", "test2017")
 TESTDEV_RESULTS = "detections_test-dev2017_{}_results.json"
 
 
+def snapshot_arg(text: str) -> int | str:
+    """--testiter: an iteration number or 'best'."""
+    if text == "best":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an iteration number or 'best', got "
+                                         f"{text!r}") from None
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Evaluate a CornerNet-Lite snapshot")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--testiter", type=int, default=None,
-                        help="snapshot iteration (default: system.max_iter)")
+    parser.add_argument("--testiter", type=snapshot_arg, default=None,
+                        help="snapshot iteration, or 'best' for the snapshot with the highest "
+                             "validation AP during training (default: system.max_iter)")
     parser.add_argument("--split", choices=SPLITS, default="validation",
                         help="a split of the config (training, validation, testing) or COCO's "
                              "testdev (image_info_test-dev2017.json accepted as it comes)")
@@ -111,7 +123,7 @@ def official_testdev(system_config: SystemConfig, db_config: dict) -> dict:
             "annotation_files": {"testdev": str(coco_dir / "annotations" / TESTDEV_INFO)}}
 
 
-def result_folder(args: argparse.Namespace, system_config: SystemConfig, testiter: int,
+def result_folder(args: argparse.Namespace, system_config: SystemConfig, testiter: int | str,
                   split: str) -> Path:
     """results/<Cfg>/<iter>/<split>[/<suffix>], which must lie inside system.result_dir."""
     out_dir = system_config.result_dir / str(testiter) / split
@@ -182,7 +194,7 @@ def main(args: argparse.Namespace) -> dict | None:
         raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist "
                          f"(available: {', '.join(have) or 'none'}); train first or pick "
                          "--testiter")
-    batch_size = args.batch or system_config.full.get("test_batch_size", 1)
+    batch_size = args.batch or system_config.test_batch_size
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")

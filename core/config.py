@@ -58,6 +58,7 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "warmup_factor": (0.001, _NUMBER, False),
     "clip_grad_norm": (None, _NUMBER, True),
     "freeze": (None, (list,), True),
+    "test_batch_size": (1, (int,), False),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -71,7 +72,8 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
 
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
-             "max_objects", "eval_images", "keep_snapshots", "clip_grad_norm", "warmup_factor"}
+             "max_objects", "test_batch_size", "eval_images", "keep_snapshots", "clip_grad_norm",
+             "warmup_factor"}
 
 _CHOICES = {
     "opt_algo": ("adam", "sgd"),

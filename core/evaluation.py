@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
+from .inference import DetectionRun, detect, score
+
 
 class Evaluator:
     """Runs the evaluation of one rank.
@@ -40,7 +42,6 @@ class Evaluator:
 
     def __call__(self, nnet: Any, iteration: int) -> dict[str, float] | None:
         """The COCO metrics of the current weights on rank 0 (None on the other ranks)."""
-        from .inference import detect, score  # TODO merge: top level
         if self._db is None:
             self._db = self.make_db()
         db = self._db
@@ -50,14 +51,14 @@ class Evaluator:
             mine = detect(db, nnet, self.system_config, inds[self.rank::self.world])
         finally:
             nnet.train_mode()
-        found = mine
+        parts = [mine]
         if self.distributed:
             parts = [None] * self.world
             dist.all_gather_object(parts, mine)
-            found = parts[0]
-            for part in parts[1:]:
-                found = found.merged(part)
         if self.rank != 0:
             return None
+        found = DetectionRun.merge(parts)
         out_dir = self.system_config.result_dir / str(iteration) / self.system_config.val_split
-        return score(db, found, out_dir)
+        # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
+        return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],
+                     unreadable=found.unreadable)

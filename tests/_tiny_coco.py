@@ -26,7 +26,7 @@ def make_tiny_coco(coco128: Path, tmp_path: Path, **db_overrides) -> Path:
     """
     config = {
         "system": {"dataset": "COCO", "model": "CornerNet_Tiny", "val_split": "val",
-                   "test_split": "val", "max_iter": 0, "cache_dir": str(tmp_path / "cache"),
+                   "test_split": "val", "max_iter": 1, "cache_dir": str(tmp_path / "cache"),
                    "result_dir": str(tmp_path / "results")},
         "db": {"categories": 80, "input_size": [128, 128], "output_sizes": [[32, 32]],
                "test_scales": [0.25], "test_flipped": True, "top_k": 20, "num_dets": 100,

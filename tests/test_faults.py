@@ -232,7 +232,7 @@ def test_a_second_ctrl_c_stops_at_once_quietly(tmp_path, coco128):
         tree = set(run.seen)
         run.proc.send_signal(signal.SIGINT)
         run.proc.send_signal(signal.SIGINT)
-        code, seconds, output = run.finish(timeout=30)
+        code, _, output = run.finish(timeout=30)
     finally:
         run.kill()
     assert code == 128 + signal.SIGINT

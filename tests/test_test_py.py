@@ -24,6 +24,9 @@ def tiny_coco(coco128, tmp_path):
 
 
 def cli(tiny_coco, *args, **env):
+    """test.py on the tiny config; its snapshot is iteration 0 unless `args` name another."""
+    if "--testiter" not in args:
+        args = ("--testiter", 0, *args)
     return run("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
                *args, **env)
 

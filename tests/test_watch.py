@@ -3,12 +3,17 @@ across a SIGTERM and `--iter latest`, TensorBoard beside it, the data-only dry r
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 from core.metrics import read_lines
-from tests._train_helpers import Training, run_train, write_config
+from tests._train_helpers import REPO, Training, run_train, write_config
 
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
@@ -75,3 +80,44 @@ def test_dry_run_prints_its_figures_and_trains_nothing(tmp_path, coco128):
         assert words in result.stdout, words
     assert not list((tmp_path / "cache").rglob("*.pkl"))
     assert not metrics_file(tmp_path).exists()
+
+
+def shapes_config(tmp_path, **system) -> Path:
+    """CornerNet_Tiny on a small generated Shapes dataset, every path under `tmp_path`."""
+    config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
+    config["system"].update(cache_dir=str(tmp_path / "cache"), data_dir=str(tmp_path / "data"),
+                            result_dir=str(tmp_path / "results"), **system)
+    config["db"].update(num_train_images=64, num_val_images=16)
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "CornerNet_Tiny.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_ap_during_training_picks_the_best_snapshot_and_test_py_reproduces_it(tmp_path):
+    config_dir = shapes_config(tmp_path, max_iter=60, eval_iter=20, snapshot=20, display=10,
+                               val_iter=0, batch_size=8, learning_rate=0.002)
+    result = run_train(config_dir, name="CornerNet_Tiny")
+    assert result.returncode == 0, result.stdout + result.stderr
+    folder = tmp_path / "cache" / "nnet" / "CornerNet_Tiny"
+    lines = read_lines(folder / "metrics.jsonl")
+    evaluated = {line["iteration"]: line for line in lines if "AP" in line}
+    assert sorted(evaluated) == [20, 40, 60]
+    for line in evaluated.values():
+        assert {"AP", "AP50", "AP75", "APs", "APm", "APl"} <= set(line)
+    aps = {it: line["AP"] for it, line in evaluated.items()}
+    assert max(aps.values()) > 0  # it learned something, so "best" means something
+    best_it = min(it for it, ap in aps.items() if ap == max(aps.values()))
+    best = torch.load(folder / "CornerNet_Tiny_best.pkl", map_location="cpu",
+                      weights_only=True)
+    assert best["best"] == {"iteration": best_it, "AP": aps[best_it]}
+    assert best["iteration"] == best_it
+
+    tested = subprocess.run(
+        [sys.executable, str(REPO / "test.py"), "CornerNet_Tiny", "--testiter", "best",
+         "--config-dir", str(config_dir), "--device", "cpu"],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    metrics = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "best" / "val" /
+                          "metrics.json").read_text())
+    assert metrics["metrics"]["AP"] == pytest.approx(aps[best_it], abs=1e-12)
