@@ -121,3 +121,25 @@ def test_ap_during_training_picks_the_best_snapshot_and_test_py_reproduces_it(tm
     metrics = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "best" / "val" /
                           "metrics.json").read_text())
     assert metrics["metrics"]["AP"] == pytest.approx(aps[best_it], abs=1e-12)
+
+
+def test_two_processes_split_the_evaluation_and_score_every_image(tmp_path):
+    config_dir = shapes_config(tmp_path, max_iter=20, eval_iter=20, snapshot=20, display=10,
+                               val_iter=0, batch_size=8, learning_rate=0.002)
+    result = run_train(config_dir, "--distributed", "--world-size", "1",
+                       "--procs-per-node", "2", name="CornerNet_Tiny")
+    assert result.returncode == 0, result.stdout + result.stderr
+    scored = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
+                         "metrics.json").read_text())
+    assert scored["num_images"] == 16  # 8 detected by each rank, gathered on rank 0
+    line = read_lines(tmp_path / "cache" / "nnet" / "CornerNet_Tiny" / "metrics.jsonl")[-1]
+    assert line["iteration"] == 20 and line["AP"] == scored["metrics"]["AP"]
+
+    tested = subprocess.run(
+        [sys.executable, str(REPO / "test.py"), "CornerNet_Tiny", "--testiter", "20",
+         "--config-dir", str(config_dir), "--device", "cpu", "--no-resume"],
+        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    again = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
+                        "metrics.json").read_text())
+    assert again["metrics"]["AP"] == pytest.approx(line["AP"], abs=1e-12)
