@@ -238,3 +238,10 @@ def test_a_second_ctrl_c_stops_at_once_quietly(tmp_path, coco128):
     assert code == 128 + signal.SIGINT
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
     assert not wait_gone(tree, 10)
+
+
+def test_a_split_with_no_readable_image_is_one_line(tmp_path, coco128):
+    empty = tmp_path / "no_images"
+    empty.mkdir()
+    result = run_train(write_config(tmp_path, coco128, images=empty))
+    one_line_error(result, "none of the", "db.image_dirs")

@@ -72,8 +72,9 @@ def sample_batch(system_config: Any, db: Any, k_ind: int, extra: dict[str, np.nd
             meta["skipped"].append(str(err.path))
             failures += 1
             if failures >= db_size:
-                raise RuntimeError(f"no readable image in {db_size} tries; last: {err.path}"
-                                   ) from err
+                raise ImageReadError(err.path, f"{err.reason}; none of the {db_size} images "
+                                     f"of this split could be read: check db.image_dirs"
+                                     ) from None
             logger.warning("skipping unreadable image %s: %s", err.path, err)
             continue
         failures = 0
