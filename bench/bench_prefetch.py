@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import re
 import subprocess
@@ -26,24 +25,16 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._coco128 import COCO128, coco128_run
 from core.chunks import deal, rank_config
 from core.config import load_config
-from core.dbs import datasets
 from core.prefetch import Prefetcher
 from core.sample import data_sampling_func
 
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
-
 
 def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
-    system_config, db_config = load_config(name)
-    system_config.full.update(batch_size=batch_size, chunk_sizes=None, prefetch_size=4,
-                              cache_dir=tempfile.mkdtemp())
-    db_config.update(image_dirs={"all": str(COCO128 / "images")},
-                     annotation_files={"all": str(COCO128 / "annotations" /
-                                                  "instances_coco128.json")})
-    make_db = functools.partial(datasets["COCO"], db_config, split="all",
-                                sys_config=system_config)
+    system_config, make_db = coco128_run(name, batch_size=batch_size, chunk_sizes=None,
+                                         prefetch_size=4)
     sample = data_sampling_func[system_config.sampling_function]
     share = deal(system_config, 0, 1)
     local = rank_config(system_config, share)

@@ -22,7 +22,6 @@ import functools
 import math
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,14 +30,13 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._coco128 import COCO128, coco128_run
 from core import prefetch
 from core.chunks import deal, rank_config
 from core.config import load_config
-from core.dbs import datasets
 from core.sample import data_sampling_func
 from core.utils import files
 
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
 CONFIGS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade")
 CURRENT = prefetch.ring_slots
 
@@ -122,14 +120,8 @@ def through(make_db, sample, system_config, workers: int, batches: int) -> float
 
 def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     """Images/s through the real Prefetcher with the rule now in `prefetch.ring_slots`."""
-    system_config, db_config = load_config(name)
-    system_config.full.update(batch_size=batch_size, chunk_sizes=None, prefetch_size=5,
-                              cache_dir=tempfile.mkdtemp())
-    db_config.update(image_dirs={"all": str(COCO128 / "images")},
-                     annotation_files={"all": str(COCO128 / "annotations" /
-                                                  "instances_coco128.json")})
-    make_db = functools.partial(datasets["COCO"], db_config, split="all",
-                                sys_config=system_config)
+    system_config, make_db = coco128_run(name, batch_size=batch_size, chunk_sizes=None,
+                                         prefetch_size=5)
     sample = data_sampling_func[system_config.sampling_function]
     return through(make_db, sample, system_config, workers, batches)
 

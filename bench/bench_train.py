@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,15 +29,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench._coco128 import COCO128, coco128_run
 from core.chunks import deal, rank_config
 from core.config import load_config
-from core.dbs import datasets
 from core.nnet.py_factory import NetworkFactory
 from core.prefetch import Prefetcher
 from core.sample import data_sampling_func
 from core.sample.render import render_targets
 
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
 MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
          "bf16+cl": {"amp": "bf16", "channels_last": True},
          "bf16+cl+compile": {"amp": "bf16", "channels_last": True, "compile": True}}
@@ -47,20 +44,15 @@ MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
 
 def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None):
     """The config of one bench row on coco128, and the dataset factory."""
-    system_config, db_config = load_config(name)
     sizes = [batch // chunks + (i < batch % chunks) for i in range(chunks)]
-    system_config.full.update(batch_size=batch, chunk_sizes=sizes if chunks > 1 else None,
-                              prefetch_size=8, cache_dir=tempfile.mkdtemp(), **MODES[mode])
-    db_config.update(categories=80, image_dirs={"all": str(COCO128 / "images")},
-                     annotation_files={"all": str(COCO128 / "annotations" /
-                                                  "instances_coco128.json")})
+    db = {"categories": 80}
     if input_size:  # --tiny: a smaller input at the config's stride
+        db_config = load_config(name)[1]
         stride = (db_config["input_size"][0] + 1) // db_config["output_sizes"][0][0]
-        db_config.update(input_size=[input_size, input_size],
-                         output_sizes=[[(input_size + 1) // stride] * 2])
-    make_db = functools.partial(datasets["COCO"], db_config, split="all",
-                                sys_config=system_config)
-    return system_config, make_db
+        db.update(input_size=[input_size, input_size],
+                  output_sizes=[[(input_size + 1) // stride] * 2])
+    return coco128_run(name, db=db, batch_size=batch, prefetch_size=8,
+                       chunk_sizes=sizes if chunks > 1 else None, **MODES[mode])
 
 
 def sync(device: torch.device) -> None:
