@@ -178,3 +178,21 @@ def copy_snapshot(src_cache: Path, dst_cache: Path, name: str, iteration: int) -
     dst = dst_cache / "nnet" / name
     dst.mkdir(parents=True, exist_ok=True)
     shutil.copy(src, dst / src.name)
+
+
+def interrupted(config_dir: Path, pattern: str, *signums: int,
+                **kwargs) -> tuple[int, str, set[int]]:
+    """Start train.py, send `signums` once a line matches `pattern`, wait for the exit.
+
+    Returns (exit code, the whole output, every process of the run seen while it ran).
+    """
+    run = Training(config_dir, **kwargs)
+    try:
+        run.wait_for(pattern)
+        tree = set(run.seen)
+        for signum in signums:
+            run.proc.send_signal(signum)
+        code, _, output = run.finish(timeout=60)
+    finally:
+        run.kill()
+    return code, output, tree

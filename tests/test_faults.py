@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests._train_helpers import Training, alive, losses, run_train, train_cmd, write_config
+from tests._train_helpers import (
+    Training,
+    alive,
+    interrupted,
+    losses,
+    run_train,
+    train_cmd,
+    write_config,
+)
 
 NAME = "Tiny128"
 
@@ -47,15 +55,8 @@ def test_no_process_of_the_run_outlives_its_trainer(tmp_path, coco128, signum):
     """kill -9 (the OOM killer) or SIGHUP (a closed terminal): every process the run started,
     found by walking its tree while it ran, is gone 10 s later."""
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=3)
-    run = Training(config_dir)
-    try:
-        run.wait_for(r"iteration 4: loss")
-        tree = set(run.seen)
-        assert len(tree) >= 3  # the fork server and the prefetch workers at least
-        run.proc.send_signal(signum)
-        code, _, output = run.finish(timeout=60)
-    finally:
-        run.kill()
+    code, output, tree = interrupted(config_dir, r"iteration 4: loss", signum)
+    assert len(tree) >= 3  # the fork server and the prefetch workers at least
     assert not wait_gone(tree, 10), [p for p in alive(tree)]
     if signum == signal.SIGHUP:  # stops like SIGTERM: a snapshot of the last iteration
         assert code == 128 + signal.SIGHUP, output
@@ -226,15 +227,8 @@ def test_json_nested_too_deep_is_one_line(tmp_path, coco128):
 
 def test_a_second_ctrl_c_stops_at_once_quietly(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
-    run = Training(config_dir)
-    try:
-        run.wait_for(r"iteration 2: loss")
-        tree = set(run.seen)
-        run.proc.send_signal(signal.SIGINT)
-        run.proc.send_signal(signal.SIGINT)
-        code, _, output = run.finish(timeout=30)
-    finally:
-        run.kill()
+    code, output, tree = interrupted(config_dir, r"iteration 2: loss", signal.SIGINT,
+                                     signal.SIGINT)
     assert code == 128 + signal.SIGINT
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
     assert not wait_gone(tree, 10)

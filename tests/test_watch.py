@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from core.metrics import read_lines
-from tests._train_helpers import REPO, Training, run_train, write_config
+from tests._train_helpers import REPO, interrupted, run_train, write_config
 
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
@@ -28,13 +28,7 @@ def metrics_file(tmp_path):
 def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=12, snapshot=4, val_iter=3,
                               display=1)
-    run = Training(config_dir)
-    try:
-        run.wait_for(r"iteration 6: loss")
-        run.proc.send_signal(signal.SIGTERM)
-        code, _, output = run.finish(timeout=60)
-    finally:
-        run.kill()
+    code, output, _ = interrupted(config_dir, r"iteration 6: loss", signal.SIGTERM)
     assert code == 128 + signal.SIGTERM, output
     stopped = max(line["iteration"] for line in read_lines(metrics_file(tmp_path)))
     assert 6 <= stopped < 12
