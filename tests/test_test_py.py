@@ -101,8 +101,8 @@ def _interrupt_after(tiny_coco, images, stop):
     """Start test.py on `images` images, call `stop(process)` once 3 are journalled."""
     journal = out_dir(tiny_coco) / "partial.jsonl"
     process = subprocess.Popen(
-        script("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
-               "--images", images), cwd=ROOT, env=script_env(), stdout=subprocess.PIPE,
+        script("test.py", "CocoTiny", "--testiter", 0, "--config-dir", tiny_coco / "configs",
+               "--device", "cpu", "--images", images), cwd=ROOT, env=script_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:

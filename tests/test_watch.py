@@ -44,7 +44,9 @@ def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_p
         assert TRAINING_KEYS <= set(line), sorted(TRAINING_KEYS - set(line))
         assert line["terms"] == ["focal", "pull", "push", "off"]
         assert 0 <= line["data_wait"] <= 1 and line["images_per_s"] > 0
-    assert [("val_loss" in line) for line in lines] == [it % 3 == 0 for it in range(1, 13)]
+    # Validation runs every 3 iterations; a stop may come inside iteration `stopped` before it.
+    assert [("val_loss" in line) for line in lines if line["iteration"] != stopped] == \
+        [it % 3 == 0 for it in range(1, 13) if it != stopped]
     assert lines[0]["lr"] == pytest.approx(0.0005, rel=1e-12)
 
 
