@@ -281,3 +281,21 @@ def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco12
     time.sleep(1)
     assert not alive(run.seen), f"left behind: {sorted(alive(run.seen))}"
 
+
+
+def test_the_cause_is_a_silent_kill_else_the_first_report_else_the_exit_status():
+    from types import SimpleNamespace
+
+    from core.utils.launch import _cause
+
+    procs = [SimpleNamespace(pid=100 + i, exitcode=None) for i in range(3)]
+    procs[1].exitcode = -signal.SIGKILL
+    assert _cause(procs, [procs[1]], [(2, "lost contact")], 4).startswith(
+        "error: rank 5 (pid 101) was killed by SIGKILL")
+    # A rank that reported its own error and then died tearing down: its report is the cause.
+    assert _cause(procs, [procs[1]], [(2, "lost contact"), (1, "WorkerError: x")], 4) == \
+        "error: rank 5: WorkerError: x"
+    procs[1].exitcode = 1
+    assert _cause(procs, [procs[1]], [(2, "error: rank 6: y")], 4) == "error: rank 6: y"
+    assert _cause(procs, [procs[1]], [], 4) == \
+        "error: rank 5 (pid 101) exited with status 1 without a report"

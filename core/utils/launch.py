@@ -54,12 +54,18 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
     received: list[tuple[int, str]] = []
     try:
-        while any(proc.exitcode is None for proc in processes):
-            multiprocessing.connection.wait([p.sentinel for p in processes] + [reports._reader],
-                                            timeout=1.0)
+        while True:
+            # `running` is read before `failed`: a process that ends in between is seen as
+            # failed on the next pass, never missed by a loop that has already ended.
+            running = any(proc.exitcode is None for proc in processes)
+            if running:
+                multiprocessing.connection.wait(
+                    [p.sentinel for p in processes] + [reports._reader], timeout=1.0)
             while not reports.empty():
                 received.append(reports.get())
             failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]
+            if not failed and not running:
+                break
             if failed:
                 for proc in processes:
                     if proc.exitcode is None:
@@ -81,8 +87,13 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
 
 def _cause(processes: list, failed: list, received: list[tuple[int, str]],
            first_rank: int) -> str:
-    """The report of the process that failed first, as the lines to print."""
+    """The report of the process that failed first, as the lines to print: a process killed by a
+    signal without a word, else the first report (a rank's own, if it reported and then died)."""
+    reported = dict(reversed(received))  # local rank -> its first report
     for proc in failed:
+        if proc.exitcode < 0 and processes.index(proc) in reported:
+            received = [(processes.index(proc), reported[processes.index(proc)])]
+            break  # it reported its error, then died tearing down: the report is the cause
         if proc.exitcode < 0:
             rank = first_rank + processes.index(proc)
             return (f"error: rank {rank} (pid {proc.pid}) was killed by "
