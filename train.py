@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import os
 import pprint
 import signal
 import sys
@@ -297,6 +298,8 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         return 128 + signal.SIGINT
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
         status, text = describe(err)
+        if os.environ.get("CORNERNET_DEBUG") and "Traceback" not in text:
+            text += "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__))
         cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
         if cause:  # a peer failed first and said why: that is the story, not the broken pipe
             text = f"stopping because {cause}"
@@ -346,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
         preflight(args, procs)
     except (ConfigError, DatasetError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
+        if os.environ.get("CORNERNET_DEBUG"):
+            traceback.print_exc()
         return 2
     return launch.spawn(run, procs, args, first_rank=args.rank * procs)
 

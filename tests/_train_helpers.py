@@ -53,9 +53,10 @@ def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str) -> list[str]
             "--workers", "2", *extra]
 
 
-def run_train(config_dir: Path, *extra: str, name: str = "Tiny128",
-              timeout: float = 240, cmd: list[str] | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+def run_train(config_dir: Path, *extra: str, name: str = "Tiny128", timeout: float = 240,
+              cmd: list[str] | None = None, env: dict | None = None
+              ) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd or train_cmd(config_dir, name, *extra), capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env=env, check=False)
 

@@ -239,3 +239,11 @@ def test_a_split_with_no_readable_image_is_one_line(tmp_path, coco128):
     empty.mkdir()
     result = run_train(write_config(tmp_path, coco128, images=empty))
     one_line_error(result, "none of the", "db.image_dirs")
+
+
+def test_cornernet_debug_shows_the_traceback_of_a_mistake(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=0)
+    quiet = run_train(config_dir)
+    loud = run_train(config_dir, env={"CORNERNET_DEBUG": "1"})
+    assert quiet.returncode == loud.returncode == 2
+    assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
