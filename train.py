@@ -32,6 +32,7 @@ from core.config_rules import check_model_fit
 from core.dbs import DatasetError, datasets
 from core.dry_run import dry_run
 from core.evaluation import Evaluator
+from core.inference.coco_eval import MissingEvaluator, require_backend
 from core.metrics import (
     EVAL_KEYS,
     DataCounts,
@@ -121,6 +122,9 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
     make_db = functools.partial(dataset, db_config, sys_config=system_config)
     if rank == 0:  # an unwritable or full cache is found now, not at the first snapshot
         probe_writable(system_config.snapshot_dir, "system.cache_dir")
+        if system_config.eval_iter:  # nor a missing evaluator at the first evaluation
+            require_backend("faster")
+            probe_writable(system_config.result_dir, "system.result_dir")
         for path in remove_stale_temp_files(system_config.snapshot_dir):
             log(f"removed {path.name}, left by an interrupted snapshot write")
     training_db = make_db(split=system_config.train_split)
@@ -153,6 +157,8 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
         log(f"continuing from snapshot {start}")
     elif system_config.pretrain and not args.initialize:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
+    if rank == 0:
+        snapshots.drop_later_best(system_config.snapshot_file("best"), start, log)
     sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe, _ = (None, None) if args.initialize else \
@@ -161,7 +167,8 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
         nnet=nnet, share=share, start=start, sample=sample, probe=probe,
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
-        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")))
+        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
+        counts=resumed.get("counts", {}))
 
 
 def train(args, system_config, db_config: dict, rank: int, world: int, device,
@@ -175,18 +182,18 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     nnet, share, start, best = job.nnet, job.share, job.start, job.best
 
     def state(iteration: int) -> dict:
-        return {"best": best.record, "data": {
-            "next_batch": iteration, "world_size": world, "batch_size": system_config.batch_size,
-            "chunks": list(share.sizes)}}
+        return {"best": best.record, "counts": {**counts.values(), "skipped_steps": step.skipped},
+                "data": {"next_batch": iteration, "world_size": world,
+                         "batch_size": system_config.batch_size, "chunks": list(share.sizes)}}
 
+    step = TrainStep(nnet, system_config.nonfinite_loss, log, job.counts.get("skipped_steps", 0))
+    speed, counts = Throughput(), DataCounts(log, job.counts)
     if args.initialize:
         if rank == 0:
             log(f"initial parameters written to {nnet.save_params(0, state(0))}")
         return 0
     saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
     evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed, log)
-    step = TrainStep(nnet, system_config.nonfinite_loss, log)
-    speed, counts = Throughput(), DataCounts(log)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
@@ -255,7 +262,8 @@ def describe(err: BaseException) -> tuple[int, str]:
     A user's mistake is one line (status 2); a failure at run time names the exception, and
     where it is not self-explanatory the traceback follows (status 1).
     """
-    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError, ImageReadError)):
+    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError, ImageReadError,
+                        MissingEvaluator)):
         return 2, str(err)
     if isinstance(err, StorageError):  # a full disk mid-run is a failure; the rest is set-up
         return (1 if isinstance(err, DiskFull) else 2), str(err)
@@ -333,6 +341,7 @@ def preflight(args, procs: int, data: bool = True) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if dist_utils.launched_by_torchrun():
+        args.distributed = True  # torchrun's processes are one run, never independent copies
         return run(0, 1, args)
     try:
         if not args.distributed:  # the run itself reads the data next, in one line on error

@@ -48,7 +48,8 @@ class Evaluator:
         inds = db.db_inds[:self.system_config.eval_images]
         nnet.eval_mode()
         try:
-            mine = detect(db, nnet, self.system_config, inds[self.rank::self.world])
+            mine = detect(db, nnet, self.system_config, inds[self.rank::self.world],
+                          batch_size=self.system_config.test_batch_size)
         finally:
             nnet.train_mode()
         parts = [mine]

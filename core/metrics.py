@@ -187,10 +187,10 @@ class Throughput:
 class DataCounts:
     """Images skipped as unreadable and objects dropped beyond max_objects, so far."""
 
-    def __init__(self, log: Callable[[str], None]) -> None:
+    def __init__(self, log: Callable[[str], None], before: dict | None = None) -> None:
         self.log = log
-        self.skipped_images = 0
-        self.dropped_objects = 0
+        self.skipped_images = (before or {}).get("skipped_images", 0)  # by the resumed run
+        self.dropped_objects = (before or {}).get("dropped_objects", 0)
 
     def add(self, meta: dict) -> None:
         for path in meta.get("skipped", []):

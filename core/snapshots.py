@@ -116,3 +116,19 @@ class Saver:
         else:
             self.log(f"iteration {iteration}: AP {ap:.4f} (best {before['AP']:.4f} at "
                      f"iteration {before['iteration']})")
+
+
+def drop_later_best(path: Path, start: int, log: Callable[[str], None]) -> None:
+    """Remove a best snapshot written after iteration `start` (by a run that went on past the
+    snapshot being resumed and died): its weights belong to a history this run does not have.
+    One that cannot be read is removed too."""
+    if not path.is_file():
+        return
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("best")
+    except Exception:  # noqa: BLE001 - a damaged best snapshot is as useless as a foreign one
+        record = None
+    if record is None or record["iteration"] > start:
+        path.unlink()
+        log(f"removed {path.name}: it is not the best of this run's history up to iteration "
+            f"{start}")

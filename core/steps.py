@@ -20,9 +20,10 @@ class TrainStep:
     the last RECENT steps were skipped.
     """
 
-    def __init__(self, nnet: Any, policy: str, log: Callable[[str], None]) -> None:
+    def __init__(self, nnet: Any, policy: str, log: Callable[[str], None],
+                 skipped: int = 0) -> None:
         self.nnet, self.policy, self.log = nnet, policy, log
-        self.skipped = 0
+        self.skipped = skipped  # so far, the resumed run's included
         self._recent: collections.deque[bool] = collections.deque(maxlen=RECENT)
 
     def __call__(self, batch: dict, iteration: int) -> tuple | None:

@@ -247,3 +247,21 @@ def test_cornernet_debug_shows_the_traceback_of_a_mistake(tmp_path, coco128):
     loud = run_train(config_dir, env={"CORNERNET_DEBUG": "1"})
     assert quiet.returncode == loud.returncode == 2
     assert "Traceback" not in quiet.stderr and "Traceback" in loud.stderr
+
+
+def test_a_missing_evaluator_is_one_line_before_training_when_evaluating(tmp_path, coco128):
+    fake = tmp_path / "no_evaluator"
+    for package in ("faster_coco_eval", "pycocotools"):
+        (fake / package).mkdir(parents=True)
+        (fake / package / "__init__.py").write_text(f"raise ImportError('no {package}')\n")
+    result = run_train(write_config(tmp_path, coco128, eval_iter=100),
+                       env={"PYTHONPATH": str(fake)})
+    one_line_error(result, "'coco' extra")
+    assert "iteration 1:" not in result.stdout
+
+
+def test_resuming_with_another_optimizer_is_one_line(tmp_path, coco128):
+    assert run_train(write_config(tmp_path, coco128, max_iter=2, snapshot=2, val_iter=0,
+                                  opt_algo="sgd")).returncode == 0
+    other = write_config(tmp_path, coco128, max_iter=4, snapshot=2, val_iter=0, opt_algo="adam")
+    one_line_error(run_train(other, "--iter", "2"), "optimizer state", "system.pretrain")

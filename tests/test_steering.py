@@ -11,7 +11,7 @@ import torch
 from core.config import ConfigError, SystemConfig
 from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
 from core.schedule import learning_rate_at
-from core.snapshots import Best, latest, numbered, prune
+from core.snapshots import Best, drop_later_best, latest, numbered, prune
 from core.steps import RECENT, TrainStep
 from tests.test_precision import batch_of, factory, tiny_config
 
@@ -185,3 +185,26 @@ def test_factory_reports_grad_norm_equal_to_the_gradients(tmp_path, db):
     grads = [p.grad for p in nnet.model.parameters() if p.grad is not None]
     assert float(nnet.grad_norm) == pytest.approx(
         math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads)), rel=1e-5)
+
+
+def test_a_non_finite_step_leaves_the_batch_norm_statistics_untouched(tmp_path, db):
+    nnet = factory(tmp_path, db)
+    nnet.train_mode()
+    with torch.no_grad():
+        nnet.model.hg.pre[0].conv.weight[0, 0, 0, 0] = float("nan")
+    before = [b.clone() for b in nnet.model.buffers()]
+    with pytest.raises(NonFiniteLoss):
+        nnet.train(batch_of(db, 2))
+    for now, was in zip(nnet.model.buffers(), before):
+        assert torch.equal(now, was)
+
+
+def test_a_best_snapshot_from_after_the_resumed_iteration_is_removed(tmp_path, db):
+    nnet = factory(tmp_path, db)
+    path = nnet.system_config.snapshot_file("best")
+    nnet.save_params(8, {"best": {"iteration": 8, "AP": 0.5}}, path=path)
+    said = []
+    drop_later_best(path, 10, said.append)
+    assert path.is_file() and not said
+    drop_later_best(path, 6, said.append)
+    assert not path.exists() and "P_best.pkl" in said[0]

@@ -193,6 +193,7 @@ class NetworkFactory:
         batch = self._to_device(batch)
         chunks = self._chunks(batch)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
+        buffers = [b.clone() for b in self.model.buffers()]  # restored if the step is not finite
         if self._merge is not None:
             self._merge.begin()
         if self.one_forward:
@@ -213,6 +214,9 @@ class NetworkFactory:
         loss, terms = self._global_mean(losses)
         if not bool(torch.isfinite(loss)):
             self.optimizer.zero_grad(set_to_none=True)
+            with torch.no_grad():
+                for now, before in zip(self.model.buffers(), buffers):
+                    now.copy_(before)
             raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
         self.grad_norm = self._clip_gradients()
         self.scaler.step(self.optimizer)
@@ -292,7 +296,15 @@ class NetworkFactory:
         self.model.load_state_dict(snapshot["model"])
         if model_only:
             return snapshot
-        self.optimizer.load_state_dict(snapshot["optimizer"])
+        saved_algo = snapshot.get("config", {}).get("system", {}).get("opt_algo")
+        try:
+            if saved_algo not in (None, self.system_config.opt_algo):
+                raise ValueError(f"it was trained with {saved_algo}, this config uses "
+                                 f"{self.system_config.opt_algo}")
+            self.optimizer.load_state_dict(snapshot["optimizer"])
+        except ValueError as err:  # another optimizer, or other parameters frozen
+            raise ConfigError(f"{path}: its optimizer state does not fit this config ({err}); "
+                              f"to start from its weights, set system.pretrain to it") from None
         if self.scaler.is_enabled() and snapshot.get("scaler"):
             self.scaler.load_state_dict(snapshot["scaler"])
         torch.set_rng_state(snapshot["rng"]["torch"])
