@@ -243,9 +243,10 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
-            if rank == 0 and iteration > start:
-                path = nnet.save_params(iteration, state(iteration))
-                log(f"stopped by signal after iteration {iteration}; snapshot {path}")
+            if iteration > start:  # every rank is here: they stopped together through agree
+                saver.save(iteration)
+                log(f"stopped by signal after iteration {iteration}; snapshot "
+                    f"{system_config.snapshot_file(iteration)}")
             return stop.exit_status
         finally:
             if watch is not None:
