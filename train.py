@@ -193,7 +193,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
             log(f"initial parameters written to {nnet.save_params(0, state(0))}")
         return 0
     saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
-    evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed, log)
+    evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
@@ -225,7 +225,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 iteration = it
                 if result is not None and due(it, every["display"]):
                     metrics.put(**training_values(*result, lr, nnet.grad_norm, nnet.device, speed,
-                                                  counts, step.skipped, speed.began))
+                                                  counts, step.skipped))
                     log(display_line(it, metrics.pending))
                 if val_data is not None and due(it, every["val"]):
                     metrics.put(val_loss=validate(nnet, val_data, wait_stop))

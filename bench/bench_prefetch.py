@@ -41,8 +41,8 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     probe, _ = sample(local, db, 0, data_aug=True)
-    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers, data_aug=True,
-                    stream="train") as data:
+    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
+                    data_aug=True, stream="train") as data:
         for _ in range(4):
             data.get()
         t0 = time.perf_counter()

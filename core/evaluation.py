@@ -24,15 +24,13 @@ class Evaluator:
         system_config: the run's config (eval_iter, eval_images, max_iter, result_dir, ...).
         make_db: builds the validation split's dataset (once, on first use).
         rank, world, distributed: this process in the run.
-        log: rank 0's log.
     """
 
     def __init__(self, system_config: Any, make_db: Callable[[], Any], rank: int, world: int,
-                 distributed: bool, log: Callable[[str], None]) -> None:
+                 distributed: bool) -> None:
         self.system_config = system_config
         self.make_db = make_db
         self.rank, self.world, self.distributed = rank, world, distributed
-        self.log = log
         self._db = None
 
     def due(self, iteration: int) -> bool:

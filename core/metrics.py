@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-# Keys of a training line that are not loss terms (the plot tool reads `terms` for those).
-THROUGHPUT_KEYS = ("images_per_s", "data_wait")
+import torch
 
 
 class Writer(Protocol):
@@ -212,18 +211,16 @@ def due(iteration: int, every: int) -> bool:
 
 
 def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: Any,
-                    speed: Throughput, counts: DataCounts, skipped_steps: int,
-                    began: float) -> dict[str, Any]:
+                    speed: Throughput, counts: DataCounts, skipped_steps: int) -> dict[str, Any]:
     """What a display iteration puts: loss and its terms (their names under "terms"), learning
     rate, gradient norm, throughput and data wait since the last display, data counts, skipped
-    steps, wall seconds since `began` and, on CUDA, peak GPU memory in GiB."""
+    steps, wall seconds since the run began and, on CUDA, peak GPU memory in GiB."""
     values = {"loss": float(loss), **{k: float(v) for k, v in terms.items()},
               "terms": list(terms), "lr": lr,
               "grad_norm": float(grad_norm) if grad_norm is not None else None,
               **speed.read(), **counts.values(), "skipped_steps": skipped_steps,
-              "time": time.perf_counter() - began}
+              "time": time.perf_counter() - speed.began}
     if getattr(device, "type", None) == "cuda":
-        import torch
         values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
     return values
 

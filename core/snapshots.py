@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import torch
 
+from .utils.dist import check_ranks_agree
+
 
 def numbered(system_config: Any) -> dict[int, Path]:
     """Iteration -> path of every numbered snapshot of the run, oldest first."""
@@ -33,7 +35,7 @@ def latest(system_config: Any, log: Callable[[str], None]) -> int:
     """
     for iteration, path in reversed(numbered(system_config).items()):
         try:
-            torch.load(path, map_location="cpu", weights_only=True)
+            torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # reads no weights
         except Exception as err:  # noqa: BLE001 - any unreadable snapshot is skipped alike
             log(f"snapshot {path} does not load ({type(err).__name__}); trying an older one")
             continue
@@ -99,7 +101,6 @@ class Saver:
 
     def save(self, iteration: int) -> None:
         if self.distributed:
-            from .utils.dist import check_ranks_agree
             check_ranks_agree(self.nnet.model, self.log)
         if self.rank == 0:
             self.nnet.save_params(iteration, self.state(iteration))

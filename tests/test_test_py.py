@@ -102,8 +102,8 @@ def _interrupt_after(tiny_coco, images, stop):
     journal = out_dir(tiny_coco) / "partial.jsonl"
     process = subprocess.Popen(
         script("test.py", "CocoTiny", "--testiter", 0, "--config-dir", tiny_coco / "configs",
-               "--device", "cpu", "--images", images), cwd=ROOT, env=script_env(), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+               "--device", "cpu", "--images", images), cwd=ROOT, env=script_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
         if journal.is_file() and journal.read_text().count("\n") >= 4:  # header + 3 images

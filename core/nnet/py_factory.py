@@ -193,7 +193,9 @@ class NetworkFactory:
         batch = self._to_device(batch)
         chunks = self._chunks(batch)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
-        buffers = [b.clone() for b in self.model.buffers()]  # restored if the step is not finite
+        # A skipped step must leave the running statistics as they were ("stop" ends the run).
+        buffers = ([b.clone() for b in self.model.buffers()]
+                   if self.system_config.nonfinite_loss == "skip" else [])
         if self._merge is not None:
             self._merge.begin()
         if self.one_forward:
@@ -281,7 +283,8 @@ class NetworkFactory:
         if not path.is_file():
             have = sorted(self.system_config.snapshot_dir.glob("*.pkl"))
             raise FileNotFoundError(f"no snapshot for iteration {iteration}: {path} does not "
-                                    f"exist; available: {', '.join(p.name for p in have) or 'none'}")
+                                    f"exist; available: "
+                                    f"{', '.join(p.name for p in have) or 'none'}")
         snapshot = _load(path)
         if snapshot.get("format") != SNAPSHOT_FORMAT:
             try:

@@ -67,7 +67,8 @@ def watch_peers(url: str, rank: int, world: int,
     return PeerWatch(address, rank, world, leave)
 
 
-def init(backend: str | None, url: str, world_size: int, rank: int, local_rank: int) -> torch.device:
+def init(backend: str | None, url: str, world_size: int, rank: int,
+         local_rank: int) -> torch.device:
     """Join the process group; returns this process's device."""
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)

@@ -85,7 +85,7 @@ class PeerWatch:
         return ""
 
     def _post(self, line: str) -> None:
-        """Set `failed` to `line` unless a failure was posted before (the first one is the cause)."""
+        """Set `failed` to `line` unless a failure was posted before: the first is the cause."""
         # The store may already be gone: then there is nobody left to tell.
         with contextlib.suppress(Exception), self._lock:
             self._store.compare_set(self._key("failed"), "", line)
