@@ -19,8 +19,10 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
+from core.engine.cli import run_cli
+from core.errors import UsageError
 from core.inference import test_func
-from core.inference.cli import UsageError, run_cli
+from core.nnet.checkpoint import require_snapshot
 from core.nnet.py_factory import NetworkFactory
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
@@ -93,10 +95,7 @@ def main(args: argparse.Namespace) -> list[Path]:
     inputs = input_files(args.images)
     outputs = output_files(inputs, args.out)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
-    snapshot = system_config.snapshot_file(testiter)
-    if not snapshot.is_file():
-        raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist; "
-                         "pick --testiter")
+    require_snapshot(system_config, testiter, "pick --testiter")
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

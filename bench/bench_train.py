@@ -6,7 +6,7 @@ the step time goes.
 
 For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile)
 and prefetch worker count, a NetworkFactory trains on ../shared/data/coco128 (the COCO dataset
-class, real augmentation) fed by core.prefetch exactly as train.py feeds it, one process, the
+class, real augmentation) fed by core.data.prefetch exactly as train.py feeds it, one process, the
 config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
 of wall time spent waiting for the next batch, peak GPU memory. Then, for the fastest mode, one
 batch's step split into host-to-device copy, target rendering + image normalisation, forward +
@@ -30,10 +30,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, coco128_run
-from core.chunks import deal, rank_config
 from core.config import load_config
+from core.data.chunks import deal
+from core.data.prefetch import Prefetcher
+from core.data.ring import probe_batch
 from core.nnet.py_factory import NetworkFactory
-from core.prefetch import Prefetcher
 from core.sample import data_sampling_func
 from core.sample.render import render_targets
 
@@ -67,7 +68,7 @@ def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> d
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     sample = data_sampling_func[system_config.sampling_function]
-    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     torch.manual_seed(0)
     nnet = NetworkFactory(system_config, db, device=device)
     nnet.train_mode()

@@ -1,4 +1,4 @@
-"""core.config_rules: values that cannot be right are refused at load, in one line."""
+"""core.config.rules: values that cannot be right are refused at load, in one line."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 import pytest
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, check_db_config, load_config
-from core.config_rules import check_model_fit, config_difference
+from core.models.fit import check_model_fit
+from core.nnet.checkpoint import config_difference
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:

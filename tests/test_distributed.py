@@ -286,7 +286,7 @@ def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco12
 def test_the_cause_is_a_silent_kill_else_the_first_report_else_the_exit_status():
     from types import SimpleNamespace
 
-    from core.utils.launch import _cause
+    from core.engine.launch import _cause
 
     procs = [SimpleNamespace(pid=100 + i, exitcode=None) for i in range(3)]
     procs[1].exitcode = -signal.SIGKILL

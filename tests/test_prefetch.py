@@ -1,4 +1,4 @@
-"""core.prefetch: ordered, reproducible batches from worker processes; errors and shutdown."""
+"""core.data.prefetch: ordered, reproducible batches from worker processes; errors and shutdown."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from _fake_data import FakeDB, fake_sample
 
-from core.chunks import deal, rank_config
 from core.config import SystemConfig
-from core.prefetch import Prefetcher, WorkerError, is_alive, process_identity, stream_indices
+from core.data.chunks import deal, rank_config
+from core.data.prefetch import Prefetcher, WorkerError
+from core.data.stream import stream_indices
+from core.utils.procs import is_alive, process_identity
 
 
 def config(batch_size=3, **extra):
@@ -182,9 +184,9 @@ def test_a_worker_exits_soon_after_its_trainer_dies():
     script = (
         "import sys, time; sys.path.insert(0, 'tests')\n"
         "from _fake_data import FakeDB, fake_sample\n"
-        "from core.chunks import deal\n"
+        "from core.data.chunks import deal\n"
         "from core.config import SystemConfig\n"
-        "from core.prefetch import Prefetcher\n"
+        "from core.data.prefetch import Prefetcher\n"
         "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
         "probe, _ = fake_sample(system, FakeDB(), 0)\n"
         "data = Prefetcher(FakeDB, fake_sample, system, probe, share=deal(system, 0, 1),\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.metrics import read_lines
+from core.engine.metrics import read_lines
 from tests._train_helpers import REPO, interrupted, run_train, write_config
 
 NAME = "Tiny128"

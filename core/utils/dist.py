@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .peers import PeerWatch, store_address
 
 

@@ -25,9 +25,11 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .chunks import Deal, rank_config
-from .config import ConfigError
+from ..errors import ConfigError
+from ..utils.files import format_bytes
+from .chunks import Deal
 from .prefetch import Prefetcher
+from .ring import probe_batch
 
 PHASES = ("read", "augment", "queue")
 
@@ -155,7 +157,7 @@ class DryRun:
                  (f"images/s: {self.images_per_s:.1f} overall (first batch after "
                   f"{self.first_s:.2f} s){after}"),
                  f"per worker, images/s while building: {rates}",
-                 (f"bytes per image crossing processes: {_size(self.bytes_per_image)} (a ring "
+                 (f"bytes per image crossing processes: {format_bytes(self.bytes_per_image)} (a ring "
                   f"slot of {self.slot_bytes:,} bytes holds {self.batch_images} images)"),
                  (f"worker time: reading {shares['read']:.1%}, augmenting "
                   f"{shares['augment']:.1%}, queueing {shares['queue']:.1%}")]
@@ -178,7 +180,7 @@ def dry_run(system_config: Any, make_db: Callable[[], Any], sample: Callable, sh
         raise ConfigError(f"--dry-run needs at least 1 batch, got {batches}")
     db = make_db()  # the probe that sizes the ring, built as train.py builds it
     db.set_rng(np.random.default_rng(system_config.seed))
-    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     seconds = {phase: [0.0] * workers for phase in PHASES}
     worker_images, waits = [0] * workers, []
     began = time.perf_counter()
@@ -200,11 +202,3 @@ def dry_run(system_config: Any, make_db: Callable[[], Any], sample: Callable, sh
                   wall_s=arrived - began, waits_s=waits, worker_images=worker_images,
                   seconds=seconds)
 
-
-def _size(count: float) -> str:
-    """A byte count for people: 812 bytes, 40.5 kB, 1.23 MB."""
-    if count >= 1e6:
-        return f"{count / 1e6:.2f} MB"
-    if count >= 1e3:
-        return f"{count / 1e3:.1f} kB"
-    return f"{count:.0f} bytes"

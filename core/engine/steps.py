@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from typing import Any, Callable
 
-from .nnet.py_factory import NonFiniteLoss
+from ..nnet.py_factory import NonFiniteLoss
 
 # "skip" gives up when more than half of the last RECENT steps were skipped: the run is
 # diverging, not meeting the odd bad batch.

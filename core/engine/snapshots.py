@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from .utils.dist import check_ranks_agree
+from ..utils.dist import check_ranks_agree
+from .schedule import due
 
 
 def numbered(system_config: Any) -> dict[int, Path]:
@@ -96,8 +97,7 @@ class Saver:
         self.state, self.log = state, log
 
     def due(self, iteration: int) -> bool:
-        return (iteration % self.system_config.snapshot == 0
-                or iteration == self.system_config.max_iter)
+        return due(iteration, self.system_config.snapshot, self.system_config.max_iter)
 
     def save(self, iteration: int) -> None:
         if self.distributed:

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch.distributed as dist
 
-from .inference import DetectionRun, detect, score
+from ..inference import DetectionRun, detect, score
+from .schedule import due
 
 
 class Evaluator:
@@ -34,9 +35,7 @@ class Evaluator:
         self._db = None
 
     def due(self, iteration: int) -> bool:
-        every = self.system_config.eval_iter
-        return bool(every) and (iteration % every == 0
-                                or iteration == self.system_config.max_iter)
+        return due(iteration, self.system_config.eval_iter, self.system_config.max_iter)
 
     def __call__(self, nnet: Any, iteration: int) -> dict[str, float] | None:
         """The COCO metrics of the current weights on rank 0 (None on the other ranks)."""
