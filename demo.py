@@ -80,12 +80,19 @@ def output_files(inputs: list[Path], out_dir: Path) -> list[Path]:
 
 
 def class_source(system_config: SystemConfig, db_config: dict) -> Any:
-    """The dataset of the validation split, whose annotation file names the classes; without
-    that file, a dataset holding only the test settings (classes are then shown by number)."""
+    """The dataset of the validation split, whose annotation file names the classes.
+
+    Without one configured (`db.annotation_files` does not name the split and the dataset's
+    default layout is not there), a dataset holding only the test settings: classes are then
+    shown by number. A file the config names that is missing or broken is a mistake.
+    """
     dataset = lookup(datasets, system_config.dataset, "dataset")
+    named = system_config.val_split in (db_config.get("annotation_files") or {})
     try:
         return dataset(db_config, split=system_config.val_split, sys_config=system_config)
     except (FileNotFoundError, ConfigError) as err:
+        if named:
+            raise
         print(f"no class names ({err}); labelling classes by number")
         return dataset(db_config, split=None, sys_config=system_config)
 

@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import resource
 import time
 
 import torch
 
-MODELS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet_Tiny")
+from core.models import MODELS, build_model
 
 
 def build(name: str) -> torch.nn.Module:
-    return importlib.import_module(f"core.models.{name}").model()
+    return build_model(name, categories=80)
 
 
 def step_seconds(model: torch.nn.Module, image: torch.Tensor, reps: int,
@@ -50,6 +49,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1, help="Squeeze batch on the CPU")
     parser.add_argument("--gpu-batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=511, help="Squeeze input side (511 as trained)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -59,9 +59,10 @@ def main() -> None:
         print(f"{name:18s} parameters {count:>13,d}")
 
     squeeze = build("CornerNet_Squeeze").train()
-    image = torch.randn(args.batch, 3, 511, 511)
+    image = torch.randn(args.batch, 3, args.size, args.size)
     seconds = step_seconds(squeeze, image, args.reps)
-    print(f"CornerNet_Squeeze  cpu fwd+bwd 511x511 batch {args.batch}, {args.threads} threads: "
+    print(f"CornerNet_Squeeze  cpu fwd+bwd {args.size}x{args.size} batch {args.batch}, "
+          f"{args.threads} threads: "
           f"{seconds / args.batch:.2f} s/image")
 
     tiny = build("CornerNet_Tiny").train()
@@ -71,7 +72,7 @@ def main() -> None:
 
     if torch.cuda.is_available():
         squeeze = squeeze.cuda()
-        image = torch.randn(args.gpu_batch, 3, 511, 511, device="cuda")
+        image = torch.randn(args.gpu_batch, 3, args.size, args.size, device="cuda")
         for label, bf16 in (("fp32", False), ("bf16 autocast", True)):
             seconds = step_seconds(squeeze, image, max(args.reps, 5), bf16=bf16)
             print(f"CornerNet_Squeeze  cuda {label} train batch {args.gpu_batch}: "

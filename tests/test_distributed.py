@@ -31,6 +31,9 @@ from _train_helpers import (
 
 from core.utils.dist import free_port
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 NAME = "Tiny128"
 CORNERNET_CHUNKS = {"batch_size": 49, "chunk_sizes": [4] + [5] * 9}  # configs/CornerNet.json
 SQUEEZE_CHUNKS = {"batch_size": 55, "chunk_sizes": [13, 14, 14, 14]}  # CornerNet_Squeeze.json

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from _train_helpers import (
     REPO,
@@ -20,6 +21,9 @@ from _train_helpers import (
     run_train,
     write_config,
 )
+
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
 
 NAME = "Tiny128"
 

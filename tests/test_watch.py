@@ -15,6 +15,9 @@ import torch
 from core.engine.metrics import read_lines
 from tests._train_helpers import REPO, interrupted, run_train, write_config
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
                  "images_per_s", "data_wait", "skipped_images", "dropped_objects",

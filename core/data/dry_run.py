@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +30,9 @@ from ..utils.files import format_bytes
 from .chunks import Deal
 from .prefetch import Prefetcher
 from .ring import probe_batch
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 PHASES = ("read", "augment", "queue")
 
@@ -60,7 +63,7 @@ class TimedSample:
         self.sample = sample
         self._last_end: float | None = None
 
-    def __call__(self, system_config: Any, db: Any, k_ind: int,
+    def __call__(self, system_config: SystemConfig, db: Any, k_ind: int,
                  data_aug: bool = True) -> tuple[dict, int]:
         if not isinstance(db.read_image, _ReadTimer):
             db.read_image = _ReadTimer(db.read_image)
@@ -167,13 +170,13 @@ class DryRun:
         return "\n".join(lines)
 
 
-def dry_run(system_config: Any, make_db: Callable[[], Any], sample: Callable, share: Deal,
+def dry_run(system_config: SystemConfig, make_db: Callable[[], Any], sample: Callable, share: Deal,
             workers: int, batches: int, device: torch.device | None = None) -> DryRun:
     """Take `batches` training batches through the prefetch path, as train.py builds it.
 
     Args:
         system_config: the run's config; make_db, sample: as for `Prefetcher`.
-        share: this rank's chunks (`core.chunks.deal`); workers: prefetch processes.
+        share: this rank's chunks (`core.data.chunks.deal`); workers: prefetch processes.
         device: where batches would go (on CUDA they are staged in pinned memory).
     """
     if batches < 1:

@@ -3,7 +3,7 @@
 One `Prefetcher` serves one stream of batches (training or validation) for one rank:
 
 - W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`,
-  chunk by chunk (`core.chunks`): chunk j of global batch n holds the images at stream positions
+  chunk by chunk (`core.data.chunks`): chunk j of global batch n holds the images at stream positions
   `n * B + offset_j ...` of an epoch permutation seeded from (seed, epoch), and draws from a
   generator seeded from (seed, stream, n, j). A batch is therefore a pure function of the seed
   and its number: exact resume is "start at batch N", no two workers or ranks ever draw the same
@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from ..utils.procs import is_alive, process_identity
 from .chunks import Deal, with_batch_size
 from .ring import ring_slots
 from .stream import batch_rng, stream_indices
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 POLL_S = 0.2
 SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
@@ -66,7 +69,7 @@ class _PathRecorder:
         return self._read(ind)
 
 
-def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, share: Deal,
+def _worker(make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig, share: Deal,
             data_aug: bool, stream: str, worker: int, workers: int, start: int,
             ring: dict[str, torch.Tensor], slots: list[int], out_queue: mp.Queue,
             free_queue: mp.Queue, stop: mp.Event, trainer: tuple[int, str]) -> None:
@@ -144,12 +147,12 @@ class Prefetcher:
         system_config: the run's config (seed, prefetch_size); chunk sizes come from `share`.
         probe: one batch of this rank's size (`share.local_batch`) built by the trainer; its
             array shapes size the shared ring.
-        share: this rank's chunks of every global batch (`core.chunks.deal`).
+        share: this rank's chunks of every global batch (`core.data.chunks.deal`).
         start: number of the first batch to deliver (the data position to resume from).
         device: where the batches go; on CUDA they are staged in pinned memory.
     """
 
-    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
+    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig,
                  probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
                  start: int = 0, device: torch.device | None = None) -> None:
         if workers < 1:

@@ -12,7 +12,7 @@ import argparse
 import functools
 import pprint
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
@@ -31,6 +31,9 @@ from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_fil
 from . import snapshots
 from .metrics import DataCounts
 from .steps import TrainStep
+
+if TYPE_CHECKING:
+    from ..dbs.detection import DETECTION
 
 Log = Callable[[str], None]
 
@@ -88,7 +91,7 @@ def _check_storage(system_config: SystemConfig, log: Log) -> None:
         log(f"removed {path.name}, left by an interrupted snapshot write")
 
 
-def _describe(system_config: SystemConfig, training_db: Any, nnet: NetworkFactory, share: Deal,
+def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory, share: Deal,
               world: int, log: Log) -> None:
     log("system config:\n" + pprint.pformat(system_config.full))
     log("db config:\n" + pprint.pformat(training_db.configs))

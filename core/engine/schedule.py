@@ -6,10 +6,13 @@ resumed run gets exactly the rates and the actions of an uninterrupted one.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 
-def learning_rate_at(iteration: int, system_config: Any) -> float:
+def learning_rate_at(iteration: int, system_config: SystemConfig) -> float:
     """The learning rate of iteration `iteration` (1-based).
 
     Step decay as the original: `learning_rate / decay_rate ** ((i - 1) // stepsize)`. During the

@@ -60,7 +60,7 @@ class NetworkFactory:
         db: a dataset object; its `configs` give the class count and the target rules.
         device: where to run; CUDA when available, else CPU, unless given.
         distributed: wrap the model in DistributedDataParallel (process group already set up).
-        share: this process's chunks of the global batch (`core.chunks.deal`); None is one
+        share: this process's chunks of the global batch (`core.data.chunks.deal`); None is one
             process running the whole batch as one chunk.
     """
 
