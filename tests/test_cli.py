@@ -18,6 +18,7 @@ from core.utils.files import DiskFull, NotWritable
 from core.utils.images import ImageReadError
 from tests._tiny_coco import make_tiny_coco, run
 from tests._train_helpers import run_train, write_config
+from tests.test_faults import one_line_error
 
 
 @pytest.mark.parametrize("err", [
@@ -30,7 +31,7 @@ def test_a_users_mistake_is_exit_2_and_its_message_alone(err):
     assert describe(err) == (2, str(err))
 
 
-def test_a_multi_line_message_becomes_one_line():
+def test_a_multi_line_message_becomes_one_line_error():
     assert describe(ConfigError("first\n  second"))[1] == "first second"
 
 
@@ -58,15 +59,6 @@ def test_cornernet_debug_is_on_only_for_a_true_value(monkeypatch, value, on):
     assert debug_on(["--debug"]) is True
 
 
-def one_line(result, *words):
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    for word in words:
-        assert word in errors[0], (word, errors[0])
-
-
 @pytest.fixture
 def no_train_annotations(tmp_path, coco128):
     missing = tmp_path / "gone" / "instances_train.json"
@@ -81,14 +73,14 @@ def no_train_annotations(tmp_path, coco128):
 def test_train_py_missing_annotation_file_is_one_line_under_every_launcher(
         no_train_annotations, launcher):
     folder, missing = no_train_annotations
-    one_line(run_train(folder, "--device", "cpu", *launcher, timeout=120),
+    one_line_error(run_train(folder, "--device", "cpu", *launcher, timeout=120),
              "annotation file not found", str(missing))
 
 
 @pytest.mark.slow
 def test_train_py_debug_zero_shows_no_traceback_and_one_shows_it(no_train_annotations):
     folder, _ = no_train_annotations
-    one_line(run_train(folder, "--device", "cpu", env={"CORNERNET_DEBUG": "0"}, timeout=120))
+    one_line_error(run_train(folder, "--device", "cpu", env={"CORNERNET_DEBUG": "0"}, timeout=120))
     loud = run_train(folder, "--device", "cpu", env={"CORNERNET_DEBUG": "1"}, timeout=120)
     assert loud.returncode == 2 and "Traceback" in loud.stderr, loud.stderr
 
@@ -105,19 +97,19 @@ def tiny_without_val_annotations(coco128, tmp_path):
 
 
 @pytest.mark.slow
-def test_test_py_missing_annotation_file_is_one_line(tiny_without_val_annotations):
+def test_test_py_missing_annotation_file_is_one_line_error(tiny_without_val_annotations):
     folder, missing = tiny_without_val_annotations
     args = ("CocoTiny", "--testiter", 0, "--config-dir", folder / "configs", "--device", "cpu")
-    one_line(run("test.py", *args, CORNERNET_DEBUG="0"), "annotation file not found",
+    one_line_error(run("test.py", *args, CORNERNET_DEBUG="0"), "annotation file not found",
              str(missing))
     assert "Traceback" in run("test.py", *args, CORNERNET_DEBUG="1").stderr
 
 
 @pytest.mark.slow
-def test_demo_py_missing_annotation_file_it_names_is_one_line(tiny_without_val_annotations,
+def test_demo_py_missing_annotation_file_it_names_is_one_line_error(tiny_without_val_annotations,
                                                                coco128, tmp_path):
     folder, missing = tiny_without_val_annotations
     image = min((coco128 / "images").iterdir())
-    one_line(run("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", folder / "configs",
+    one_line_error(run("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", folder / "configs",
                  "--images", image, "--out", tmp_path / "out", "--device", "cpu"),
              "annotation file not found", str(missing))
