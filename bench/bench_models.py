@@ -1,4 +1,4 @@
-"""Model speed and size: python bench/bench_models.py [--threads 2] [--reps 3] [--batch 1]
+"""Model speed and size: python bench/bench_models.py [--threads 2] [--reps 3] [--models M ...]
 
 Prints the parameter count of every model, CornerNet-Squeeze forward+backward seconds per
 image at 511 x 511 on the CPU, CornerNet-Tiny forward+backward seconds per batch of 16 at
@@ -50,25 +50,28 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="Squeeze batch on the CPU")
     parser.add_argument("--gpu-batch", type=int, default=8)
     parser.add_argument("--size", type=int, default=511, help="Squeeze input side (511 as trained)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS),
+                        help="the models to count and time (the timings are Squeeze's and Tiny's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    for name in MODELS:
+    for name in args.models:
         count = sum(p.numel() for p in build(name).parameters())
         print(f"{name:18s} parameters {count:>13,d}")
 
+    if "CornerNet_Tiny" in args.models:
+        tiny = build("CornerNet_Tiny").train()
+        seconds = step_seconds(tiny, torch.randn(16, 3, 128, 128), max(args.reps, 5))
+        print(f"CornerNet_Tiny     cpu fwd+bwd 128x128 batch 16, {args.threads} threads: "
+              f"{seconds:.3f} s/batch")
+    if "CornerNet_Squeeze" not in args.models:
+        return
     squeeze = build("CornerNet_Squeeze").train()
     image = torch.randn(args.batch, 3, args.size, args.size)
     seconds = step_seconds(squeeze, image, args.reps)
     print(f"CornerNet_Squeeze  cpu fwd+bwd {args.size}x{args.size} batch {args.batch}, "
-          f"{args.threads} threads: "
-          f"{seconds / args.batch:.2f} s/image")
-
-    tiny = build("CornerNet_Tiny").train()
-    seconds = step_seconds(tiny, torch.randn(16, 3, 128, 128), max(args.reps, 5))
-    print(f"CornerNet_Tiny     cpu fwd+bwd 128x128 batch 16, {args.threads} threads: "
-          f"{seconds:.3f} s/batch")
+          f"{args.threads} threads: {seconds / args.batch:.2f} s/image")
 
     if torch.cuda.is_available():
         squeeze = squeeze.cuda()

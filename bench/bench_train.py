@@ -34,6 +34,7 @@ from core.config import load_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import probe_batch
+from core.nnet.parallel import split_batch
 from core.nnet.py_factory import NetworkFactory
 from core.sample import data_sampling_func
 from core.sample.render import render_targets
@@ -109,7 +110,7 @@ def breakdown(nnet: NetworkFactory, batch: dict, reps: int) -> dict[str, float]:
     for _ in range(reps):
         nnet.optimizer.zero_grad(set_to_none=True)
         with timed("host-to-device"):
-            chunks = nnet._chunks(nnet._to_device(pinned))
+            chunks = split_batch(nnet._to_device(pinned), nnet.share)
         with timed("render+normalise"):
             inputs = [(nnet._image(c), render_targets(c, nnet.db_configs, nnet.categories))
                       for c in chunks]
