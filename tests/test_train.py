@@ -76,12 +76,10 @@ def test_initialize_writes_snapshot_zero_without_reading_images(tmp_path, coco12
     empty = tmp_path / "no_images"
     empty.mkdir()
     config_dir = write_config(tmp_path, coco128, images=empty, strict_images=True)
-    t0 = time.monotonic()
     result = run_train(config_dir, "--initialize")
     assert result.returncode == 0, result.stdout + result.stderr
     assert load(snapshot(tmp_path, 0))["iteration"] == 0
     assert "iteration 1" not in result.stdout
-    assert time.monotonic() - t0 < 60
 
 
 def _broken_dataset(tmp_path, coco128, broken: str):
