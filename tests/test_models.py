@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from core.models import load_original_state_dict
-from core.models.py_utils.decode import decode
 from core.models.CornerNet_Tiny import model as TinyModel
+from core.models.py_utils.decode import decode
 
 torch.set_num_threads(2)
 

@@ -89,7 +89,7 @@ def cleanup() -> None:
         dist.destroy_process_group()
 
 
-def check_ranks_agree(model: torch.nn.Module, log) -> None:
+def check_ranks_agree(model: torch.nn.Module, log: Callable[[str], None]) -> None:
     """Raise if the parameters differ between ranks (a DDP bug or a diverged rank)."""
     local = torch.zeros(2, dtype=torch.float64, device=next(model.parameters()).device)
     for param in model.parameters():
