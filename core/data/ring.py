@@ -1,0 +1,73 @@
+"""The shared-memory ring of the prefetcher: how many slots, how many bytes, and the probe batch
+whose array shapes size the slots.
+
+Each worker owns a few slots of one batch each; `ring_slots` says how many, `shm_need` how much
+of /dev/shm the rings of a process take (checked before any process starts), and `probe_batch`
+builds the one batch, in the trainer, whose shapes the ring copies (it also surfaces data errors
+before any worker is forked).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable
+
+from .chunks import Deal, rank_config
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
+
+
+def ring_slots(prefetch_size: int, workers: int, stream: str) -> int:
+    """Shared-memory batch slots per worker.
+
+    Two let a worker build its next batch while its last one is copied out; with one it waits
+    for every hand-over (bench/README.md). Each worker's pipeline also holds two finished
+    batches outside shared memory (the one its pin thread hands over and the one in its staged
+    queue), so `prefetch_size` batches ahead take ceil(prefetch_size / workers) - 2 slots.
+    Validation takes one batch every val_iter iterations: two slots are always enough there.
+    """
+    if stream == "val":
+        return 2
+    return max(2, math.ceil(prefetch_size / workers) - 2)
+
+
+def image_bytes(db_config: dict, sampling_function: str) -> int:
+    """Bytes one image takes in a batch slot (the batch contract in core/sample/__init__.py).
+
+    cornernet: the (H, W, 3) uint8 crop, the (3, 4) float32 colour affine, M boxes (float32
+    x4) with their int64 classes and the int64 object count, M = db.max_objects.
+    cornernet_saccade adds as many ignore boxes, classes and a count, and (S, M) int64
+    attention cells, S = len(db.att_sizes).
+    """
+    height, width = db_config["input_size"]
+    slots = db_config["max_objects"]
+    records = 3 * 4 * 4 + slots * (4 * 4 + 8) + 8
+    if sampling_function == "cornernet_saccade":
+        records += slots * (4 * 4 + 8) + 8 + len(db_config["att_sizes"]) * slots * 8
+    return height * width * 3 + records
+
+
+def shm_need(system_config: SystemConfig, db_config: dict, workers: int,
+             batch_size: int | None = None) -> int:
+    """Bytes of /dev/shm the prefetch rings of one process take.
+
+    The training ring has `workers * ring_slots(prefetch_size, workers, "train")` slots of
+    one batch each, the validation ring (when val_iter > 0) one worker's slots. `batch_size`
+    is the process's share (default: the whole batch, which is also what all processes of a
+    run on one machine take together, since their shares add up to it).
+    """
+    per_batch = (batch_size or system_config.batch_size) * image_bytes(
+        db_config, system_config.sampling_function)
+    prefetch = system_config.prefetch_size
+    slots = workers * ring_slots(prefetch, workers, "train")
+    if system_config.val_iter:
+        slots += ring_slots(prefetch, 1, "val")
+    return slots * per_batch
+
+
+def probe_batch(system_config: SystemConfig, db: Any, sample: Callable, share: Deal) -> dict:
+    """One batch of this process's share (`share.local_batch` images), built here as a worker
+    would build it; its arrays give the ring's slot shapes."""
+    batch, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    return batch
