@@ -42,7 +42,7 @@ from core.metrics import (
     open_metrics,
     training_values,
 )
-from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime, default_device
+from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime
 from core.prefetch import Prefetcher, Stopped, WorkerError
 from core.sample import data_sampling_func
 from core.schedule import learning_rate_at
@@ -50,6 +50,7 @@ from core.steps import TrainStep, validate
 from core.stop import StopRequest, agree
 from core.utils import dist as dist_utils
 from core.utils import launch
+from core.utils.device import configure, distributed_kind, rank_device, resolve_device
 from core.utils.files import (
     DiskFull,
     StorageError,
@@ -94,7 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dry-run", default=0, type=int, metavar="N",
                         help="only take N batches through the data path, print its figures "
                              "(images/s, bytes per image, reading/augmenting/queueing) and exit")
-    parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: the current GPU, else cpu); under "
+                             "--distributed only cuda or cpu: rank r takes cuda:<local rank r>")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
     return parser.parse_args(argv)
@@ -107,7 +110,7 @@ def data_only(args, system_config, db_config: dict, rank: int, world: int, devic
     sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
                                 sys_config=system_config)
-    where = torch.device(device) if device else default_device()
+    where = resolve_device(device)
     log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
                 args.dry_run, device=where).report())
     return 0
@@ -297,11 +300,13 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
     rank, world, distributed, watch = 0, 1, args.distributed, None
     try:
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
-        device = args.device
+        device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
-            device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+            device = rank_device(distributed_kind(args.device), local_rank)
+            dist_utils.init(args.dist_backend, url, world, rank, device)
             watch = dist_utils.watch_peers(url, rank, world, say)
+        configure(device, system_config.deterministic, fixed_sizes=True)
         return train(args, system_config, db_config, rank, world, device, distributed, watch)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
@@ -329,7 +334,8 @@ def preflight(args, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
-    check_runtime(system_config, torch.device(args.device) if args.device else default_device())
+    check_runtime(system_config, resolve_device(
+        distributed_kind(args.device) if args.distributed else args.device))
     check_model_fit(system_config.model or system_config.snapshot_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
     check_shm(shm_need(system_config, db_config, args.workers,
@@ -346,11 +352,13 @@ def main(argv: list[str] | None = None) -> int:
         return run(0, 1, args)
     try:
         if not args.distributed:  # the run itself reads the data next, in one line on error
+            args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
             preflight(args, 1, data=False)
             return run(0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
-        procs = dist_utils.procs_per_node(args.procs_per_node)
+        procs = dist_utils.procs_per_node(args.procs_per_node,
+                                          gpus=distributed_kind(args.device) == "cuda")
         if args.dist_url is None:
             if args.world_size > 1:
                 raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "

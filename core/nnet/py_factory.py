@@ -15,6 +15,7 @@ from ..config import ConfigError, lookup
 from ..config_rules import config_difference
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
+from ..utils.device import check_precision, resolve_device
 from ..utils.files import write_atomic
 from .freeze import freeze, frozen_norms_to_eval
 from .running_stats import RunningStatsMerge
@@ -32,10 +33,6 @@ class NonFiniteLoss(FloatingPointError):
     def __init__(self, terms: dict[str, float]) -> None:
         self.terms = terms
         super().__init__(", ".join(f"{k}={v:.6g}" for k, v in terms.items()))
-
-
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def build_model(system_config: Any, categories: int) -> nn.Module:
@@ -56,6 +53,7 @@ def check_runtime(system_config: Any, device: torch.device) -> None:
     if device.type != "cuda" and system_config.sync_bn:
         raise ConfigError("system.sync_bn needs GPUs: torch runs SyncBatchNorm only on "
                           "accelerators; set it to false for a CPU run")
+    check_precision(system_config.amp, device)
 
 
 class NetworkFactory:
@@ -65,7 +63,8 @@ class NetworkFactory:
         system_config: the resolved SystemConfig (optimizer, snapshot paths, amp, sync_bn,
             channels_last, compile).
         db: a dataset object; its `configs` give the class count and the target rules.
-        device: where to run; CUDA when available, else CPU, unless given.
+        device: where to run (`core.utils.device.resolve_device`: cuda:<current> when there is
+            a GPU, else CPU, unless given).
         distributed: wrap the model in DistributedDataParallel (process group already set up).
         share: this process's chunks of the global batch (`core.chunks.deal`); None is one
             process running the whole batch as one chunk.
@@ -76,7 +75,7 @@ class NetworkFactory:
         self.system_config = system_config
         self.db_configs = db.configs
         self.categories = db.configs["categories"]
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = resolve_device(device)
         check_runtime(system_config, self.device)
         self.share = share
         self.distributed = distributed

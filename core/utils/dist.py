@@ -26,13 +26,14 @@ def launched_by_torchrun() -> bool:
     return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
-def procs_per_node(requested: int | None) -> int:
-    """`requested` processes, by default one per GPU, or 1 without GPUs.
+def procs_per_node(requested: int | None, gpus: bool = True) -> int:
+    """`requested` processes, by default one per GPU, or 1 without GPUs (or with `gpus` False:
+    CPU processes).
 
     One CPU process already uses every core through intra-op threads, so more processes on
     one machine only split the cores; the option exists for testing and for multi-socket hosts.
     """
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = torch.cuda.device_count() if gpus and torch.cuda.is_available() else 0
     if requested is not None and requested < 1:
         raise ConfigError(f"--procs-per-node must be at least 1, got {requested}")
     if gpus and requested and requested > gpus:
@@ -68,13 +69,11 @@ def watch_peers(url: str, rank: int, world: int,
 
 
 def init(backend: str | None, url: str, world_size: int, rank: int,
-         local_rank: int) -> torch.device:
-    """Join the process group; returns this process's device."""
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
+         device: torch.device) -> None:
+    """Join the process group as the process running on `device` (indexed, see
+    core.utils.device.rank_device)."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
     if backend == "nccl" and device.type != "cuda":
         raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
