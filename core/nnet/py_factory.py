@@ -114,6 +114,9 @@ class NetworkFactory:
         self._amp = AMP_DTYPES.get(system_config.amp)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=system_config.amp == "fp16")
+        # fp16: whether the scaler skipped the last step (its gradients overflowed).
+        self.scaler_skipped = False
+        self._scale: float | None = None
 
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
@@ -189,6 +192,8 @@ class NetworkFactory:
         chunk). A non-finite loss raises NonFiniteLoss before the parameters are touched.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        if self._scale is None and self.scaler.is_enabled():  # the initial or resumed scale
+            self._scale = self.scaler.get_scale()
         batch = self._to_device(batch)
         chunks = self._chunks(batch)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
@@ -222,7 +227,17 @@ class NetworkFactory:
         self.grad_norm = self._clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        self._note_scaler_skip()
         return loss, terms
+
+    def _note_scaler_skip(self) -> None:
+        """`scaler_skipped`: the scaler lowered its scale, which it does exactly when it found
+        inf/NaN gradients and skipped `optimizer.step()` (one read of the scale per fp16 step)."""
+        if self._scale is None:
+            return
+        scale = self.scaler.get_scale()
+        self.scaler_skipped = self._scale is not None and scale < self._scale
+        self._scale = scale
 
     def _clip_gradients(self) -> torch.Tensor:
         """The total 2-norm of the (unscaled) gradients, before clipping; with
