@@ -39,6 +39,7 @@ import torch
 
 from .chunks import Deal
 from .config import ConfigError
+from .utils.device import resolve_device
 
 POLL_S = 0.2
 SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
@@ -225,11 +226,11 @@ class Prefetcher:
 
     def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
                  probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
-                 start: int = 0, device: torch.device | None = None) -> None:
+                 start: int = 0, device: torch.device | str | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next = workers, start
-        self._device = torch.device(device or "cpu")
+        self._device = resolve_device(device or "cpu")  # pin threads need cuda:<index>
         per_worker = ring_slots(system_config.prefetch_size, workers, stream)
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
