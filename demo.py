@@ -17,8 +17,10 @@ from typing import Any
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
+from core.engine.cli import run_cli
+from core.errors import UsageError
 from core.inference import test_func
-from core.inference.cli import UsageError, run_cli
+from core.nnet.checkpoint import require_snapshot
 from core.nnet.py_factory import NetworkFactory
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
@@ -77,12 +79,19 @@ def output_files(inputs: list[Path], out_dir: Path) -> list[Path]:
 
 
 def class_source(system_config: SystemConfig, db_config: dict) -> Any:
-    """The dataset of the validation split, whose annotation file names the classes; without
-    that file, a dataset holding only the test settings (classes are then shown by number)."""
+    """The dataset of the validation split, whose annotation file names the classes.
+
+    Without one configured (`db.annotation_files` does not name the split and the dataset's
+    default layout is not there), a dataset holding only the test settings: classes are then
+    shown by number. A file the config names that is missing or broken is a mistake.
+    """
     dataset = lookup(datasets, system_config.dataset, "dataset")
+    named = system_config.val_split in (db_config.get("annotation_files") or {})
     try:
         return dataset(db_config, split=system_config.val_split, sys_config=system_config)
     except (FileNotFoundError, ConfigError) as err:
+        if named:
+            raise
         print(f"no class names ({err}); labelling classes by number")
         return dataset(db_config, split=None, sys_config=system_config)
 
@@ -92,10 +101,7 @@ def main(args: argparse.Namespace) -> list[Path]:
     inputs = input_files(args.images)
     outputs = output_files(inputs, args.out)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
-    snapshot = system_config.snapshot_file(testiter)
-    if not snapshot.is_file():
-        raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist; "
-                         "pick --testiter")
+    require_snapshot(system_config, testiter, "pick --testiter")
     try:
         args.out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -11,8 +11,9 @@ setup(
         "coco": ["faster-coco-eval", "pycocotools"],
         "plot": ["matplotlib"],
         "tensorboard": ["tensorboard"],
-        # The tests read TensorBoard events back and draw the curves, so they need both extras.
+        # The tests read TensorBoard events back and draw the curves, so they need both extras;
+        # ruff and import-linter keep the style and the floors of core/ (run by .ci/run).
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",
-                 "matplotlib"],
+                 "matplotlib", "ruff", "import-linter"],
     },
 )

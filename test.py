@@ -20,11 +20,13 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
 from core.dbs import datasets
+from core.engine.cli import run_cli
+from core.errors import UsageError
 from core.inference import DetectionRun, detect, score
-from core.inference.cli import UsageError, run_cli
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Journal
 from core.inference.loop import ImageResult
+from core.nnet.checkpoint import require_snapshot
 from core.nnet.py_factory import NetworkFactory
 from core.utils.vis import save_detections
 
@@ -189,12 +191,7 @@ def main(args: argparse.Namespace) -> dict | None:
     check_writable(out_dir)
     if db.has_annotations:
         require_backend(args.backend)
-    snapshot = system_config.snapshot_file(testiter)
-    if not snapshot.is_file():
-        have = sorted(p.name for p in system_config.snapshot_dir.glob("*.pkl"))
-        raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist "
-                         f"(available: {', '.join(have) or 'none'}); train first or pick "
-                         "--testiter")
+    snapshot = require_snapshot(system_config, testiter, "train first or pick --testiter")
     batch_size = args.batch or system_config.test_batch_size
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:

@@ -10,58 +10,24 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import os
-import pprint
-import signal
 import sys
 import time
-import traceback
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
 
-import numpy as np
-import torch
-import torch.distributed as dist
 from tqdm import tqdm
 
-from core import snapshots
-from core.chunks import deal, rank_config
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup
-from core.config_rules import check_model_fit
-from core.dbs import DatasetError, datasets
-from core.dry_run import dry_run
-from core.evaluation import Evaluator
-from core.inference.coco_eval import MissingEvaluator, require_backend
-from core.metrics import (
-    EVAL_KEYS,
-    DataCounts,
-    Throughput,
-    display_line,
-    due,
-    open_metrics,
-    training_values,
-)
-from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime
-from core.prefetch import Prefetcher, Stopped, WorkerError
-from core.sample import data_sampling_func
-from core.schedule import learning_rate_at
-from core.steps import TrainStep, validate
-from core.stop import StopRequest, agree
-from core.utils import dist as dist_utils
-from core.utils import launch
-from core.utils.device import configure, distributed_kind, rank_device, resolve_device
-from core.utils.files import (
-    DiskFull,
-    StorageError,
-    check_free_disk,
-    check_shm,
-    probe_writable,
-    remove_stale_temp_files,
-    shm_need,
-    snapshot_bytes,
-)
-from core.utils.images import ImageReadError
+from core.config import CONFIG_DIR, SystemConfig
+from core.data.prefetch import Prefetcher
+from core.engine.build import build, data_only
+from core.engine.evaluation import Evaluator
+from core.engine.launch import launch
+from core.engine.metrics import EVAL_KEYS, Throughput, display_line, open_metrics, training_values
+from core.engine.schedule import due, learning_rate_at
+from core.engine.snapshots import Saver
+from core.engine.steps import validate
+from core.engine.stop import StopRequest, agree
+from core.errors import Stopped
+from core.utils.peers import PeerWatch
 
 
 def iteration_arg(text: str) -> str:
@@ -103,100 +69,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def data_only(args, system_config, db_config: dict, rank: int, world: int, device,
-              log: Callable[[str], None]) -> int:
-    """--dry-run N: N batches through the prefetch path and its figures; no model, no files."""
-    dataset = lookup(datasets, system_config.dataset, "dataset")
-    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
-    make_db = functools.partial(dataset, db_config, split=system_config.train_split,
-                                sys_config=system_config)
-    where = resolve_device(device)
-    log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
-                args.dry_run, device=where).report())
-    return 0
-
-
-def build(args, system_config, db_config: dict, rank: int, world: int, device,
-          distributed: bool, log: Callable[[str], None]) -> SimpleNamespace:
-    """This rank's share of the batch, its network (resumed or pretrained), the data sources
-    and one batch built here, which sizes the shared ring and surfaces data errors before
-    forking."""
-    dataset = lookup(datasets, system_config.dataset, "dataset")
-    make_db = functools.partial(dataset, db_config, sys_config=system_config)
-    if rank == 0:  # an unwritable or full cache is found now, not at the first snapshot
-        probe_writable(system_config.snapshot_dir, "system.cache_dir")
-        if system_config.eval_iter:  # nor a missing evaluator at the first evaluation
-            require_backend("faster")
-            probe_writable(system_config.result_dir, "system.result_dir")
-        for path in remove_stale_temp_files(system_config.snapshot_dir):
-            log(f"removed {path.name}, left by an interrupted snapshot write")
-    training_db = make_db(split=system_config.train_split)
-    share = deal(system_config, rank, world)
-    torch.manual_seed(system_config.seed)
-    nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
-                          share=share)
-    if rank == 0:
-        params = sum(p.numel() for p in nnet.model.parameters())
-        check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
-    log("system config:\n" + pprint.pformat(system_config.full))
-    log("db config:\n" + pprint.pformat(training_db.configs))
-    log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
-        f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
-        f"rank 0 runs {share.mine}")
-    if share.note:
-        log(f"note: {share.note}")
-    if nnet.frozen:
-        log(f"frozen: {len(nnet.frozen)} parameter tensors under {system_config.freeze}")
-    start = int(args.start_iter) if args.start_iter != "latest" else dist_utils.from_rank0(
-        snapshots.latest(system_config, log) if rank == 0 else None, distributed)
-    resumed = {}
-    if start:
-        resumed = nnet.load_params(start)
-        before = resumed.get("data", {}).get("chunks", list(share.sizes))
-        if before != list(share.sizes):
-            log(f"note: snapshot {start} was trained with the chunks {before}, this run uses "
-                f"{list(share.sizes)}: the data and the objective after it differ from an "
-                f"uninterrupted run")
-        log(f"continuing from snapshot {start}")
-    elif system_config.pretrain and not args.initialize:
-        nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
-    if rank == 0:
-        snapshots.drop_later_best(system_config.snapshot_file("best"), start, log)
-    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
-    training_db.set_rng(np.random.default_rng(system_config.seed))
-    probe, _ = (None, None) if args.initialize else \
-        sample(rank_config(system_config, share), training_db, 0, data_aug=True)
-    return SimpleNamespace(
-        nnet=nnet, share=share, start=start, sample=sample, probe=probe,
-        make_train_db=functools.partial(make_db, split=system_config.train_split),
-        make_val_db=functools.partial(make_db, split=system_config.val_split),
-        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
-        counts=resumed.get("counts", {}))
-
-
-def train(args, system_config, db_config: dict, rank: int, world: int, device,
-          distributed: bool, watch=None) -> int:
+def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
+          world: int, device, distributed: bool, watch: PeerWatch | None = None) -> int:
     """Build everything for this rank and run the loop; returns the exit status."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     if args.dry_run:
         return data_only(args, system_config, db_config, rank, world, device, log)
     stop = StopRequest()
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
-    nnet, share, start, best = job.nnet, job.share, job.start, job.best
-
-    def state(iteration: int) -> dict:
-        return {"best": best.record, "counts": {**counts.values(), "skipped_steps": step.skipped},
-                "data": {"next_batch": iteration, "world_size": world,
-                         "batch_size": system_config.batch_size, "chunks": list(share.sizes)}}
-
-    step = TrainStep(nnet, system_config.nonfinite_loss, log, job.counts.get("skipped_steps", 0))
-    speed, counts = Throughput(), DataCounts(log, job.counts)
+    nnet, share, start, step, counts = job.nnet, job.share, job.start, job.step, job.counts
     if args.initialize:
         if rank == 0:
-            log(f"initial parameters written to {nnet.save_params(0, state(0))}")
+            log(f"initial parameters written to {nnet.save_params(0, job.state(0))}")
         return 0
-    saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
+    saver = Saver(nnet, system_config, rank, distributed, job.state, log)
     evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed)
+    speed = Throughput()
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
@@ -215,6 +103,8 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                                        disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
         metrics = open_metrics(system_config.snapshot_dir, start, bar, log, rank == 0)
         stack.callback(metrics.close)
+        if watch is not None:
+            stack.callback(watch.close)
         nnet.train_mode()
         try:
             for it in bar:
@@ -237,12 +127,12 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                     found = evaluate(nnet, it)
                     if found is not None:
                         metrics.put(**{k: found[k] for k in EVAL_KEYS})
-                        saver.evaluated(it, found["AP"], best)
+                        saver.evaluated(it, found["AP"], job.best)
                 metrics.write(it)
                 if saver.due(it):
                     saver.save(it)
                 if agree(stop(), distributed, nnet.device):
-                    raise Stopped()
+                    raise Stopped(stop.signum)
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
@@ -251,126 +141,14 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 log(f"stopped by signal after iteration {iteration}; snapshot "
                     f"{system_config.snapshot_file(iteration)}")
             return stop.exit_status
-        finally:
-            if watch is not None:
-                watch.close()
     log(f"done: {system_config.max_iter} iterations, waiting for data "
         f"{speed.overall_wait():.1%} of the time" +
         (f", {step.skipped} non-finite steps skipped" if step.skipped else ""))
     return 0
 
 
-def describe(err: BaseException) -> tuple[int, str]:
-    """(exit status, message) for an error that ended a training process.
-
-    A user's mistake is one line (status 2); a failure at run time names the exception, and
-    where it is not self-explanatory the traceback follows (status 1).
-    """
-    if isinstance(err, (ConfigError, DatasetError, FileNotFoundError, ImageReadError,
-                        MissingEvaluator)):
-        return 2, str(err)
-    if isinstance(err, StorageError):  # a full disk mid-run is a failure; the rest is set-up
-        return (1 if isinstance(err, DiskFull) else 2), str(err)
-    if isinstance(err, NonFiniteLoss) and hasattr(err, "skipped"):
-        bad, recent = err.skipped
-        return 1, (f"iteration {err.iteration}: {bad} of the last {recent} steps had a non-finite "
-                   f"loss ({err}); the run is diverging, stopping. Lower system.learning_rate "
-                   f"or resume from an earlier snapshot.")
-    if isinstance(err, NonFiniteLoss):
-        return 1, (f"iteration {getattr(err, 'iteration', '?')}: the loss is not finite ({err}); "
-                   f"stopping. Lower system.learning_rate, check the data, or set "
-                   f"system.nonfinite_loss to \"skip\".")
-    if isinstance(err, WorkerError):
-        return 1, f"training stopped: {err}"
-    trace = "".join(traceback.format_exception(type(err), err, err.__traceback__))
-    if isinstance(err, dist.DistError):
-        return 1, (f"lost contact with another process of the run (it failed or was killed): "
-                   f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}\n"
-                   f"{trace}")
-    return 1, f"{type(err).__name__}: {err}\n{trace}"
-
-
-def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = None) -> int:
-    """One training process: join the group if distributed, train, report a failure.
-
-    `say` receives the failure report (the launcher shows one report for the whole run);
-    without it the report is printed.
-    """
-    say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
-    rank, world, distributed, watch = 0, 1, args.distributed, None
-    try:
-        system_config, db_config = load_config(args.cfg_file, args.config_dir)
-        device = resolve_device(args.device) if not distributed else None
-        if distributed:
-            rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
-            device = rank_device(distributed_kind(args.device), local_rank)
-            dist_utils.init(args.dist_backend, url, world, rank, device)
-            watch = dist_utils.watch_peers(url, rank, world, say)
-        configure(device, system_config.deterministic, fixed_sizes=True)
-        return train(args, system_config, db_config, rank, world, device, distributed, watch)
-    except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
-        return 128 + signal.SIGINT
-    except Exception as err:  # noqa: BLE001 - every failure becomes one report
-        status, text = describe(err)
-        if os.environ.get("CORNERNET_DEBUG") and "Traceback" not in text:
-            text += "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
-        if cause:  # a peer failed first and said why: that is the story, not the broken pipe
-            text = f"stopping because {cause}"
-        say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
-        if watch is not None:
-            watch.report(text)
-        return status
-    finally:
-        if watch is not None:
-            watch.close()
-        dist_utils.cleanup()
-
-
-def preflight(args, procs: int, data: bool = True) -> None:
-    """Find mistakes before any process starts: the settings, the deal of the batch to every
-    process, what the device can run, sizes the model cannot take, /dev/shm for the prefetch
-    rings of this node and (with `data`) the training split."""
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    world = max(args.world_size, 1) * procs
-    shares = [deal(system_config, rank, world) for rank in range(world)]
-    check_runtime(system_config, resolve_device(
-        distributed_kind(args.device) if args.distributed else args.device))
-    check_model_fit(system_config.model or system_config.snapshot_name, db_config)
-    node = shares[args.rank * procs:(args.rank + 1) * procs]
-    check_shm(shm_need(system_config, db_config, args.workers,
-                       batch_size=sum(share.local_batch for share in node)))
-    if data:
-        dataset = lookup(datasets, system_config.dataset, "dataset")
-        dataset(db_config, split=system_config.train_split, sys_config=system_config)
-
-
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if dist_utils.launched_by_torchrun():
-        args.distributed = True  # torchrun's processes are one run, never independent copies
-        return run(0, 1, args)
-    try:
-        if not args.distributed:  # the run itself reads the data next, in one line on error
-            args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
-            preflight(args, 1, data=False)
-            return run(0, 1, args)
-        if args.world_size < 1:
-            raise ConfigError("--distributed needs --world-size (the number of nodes)")
-        procs = dist_utils.procs_per_node(args.procs_per_node,
-                                          gpus=distributed_kind(args.device) == "cuda")
-        if args.dist_url is None:
-            if args.world_size > 1:
-                raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "
-                                  "one node")
-            args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
-        preflight(args, procs)
-    except (ConfigError, DatasetError, StorageError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        if os.environ.get("CORNERNET_DEBUG"):
-            traceback.print_exc()
-        return 2
-    return launch.spawn(run, procs, args, first_rank=args.rank * procs)
+    return launch(parse_args(argv), train)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Model speed and size: python bench/bench_models.py [--threads 2] [--reps 3] [--batch 1]
+"""Model speed and size: python bench/bench_models.py [--threads 2] [--reps 3] [--models M ...]
 
 Prints the parameter count of every model, CornerNet-Squeeze forward+backward seconds per
 image at 511 x 511 on the CPU, CornerNet-Tiny forward+backward seconds per batch of 16 at
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import resource
 import time
 
 import torch
 
-MODELS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet_Tiny")
+from core.models import MODELS, build_model
 
 
 def build(name: str) -> torch.nn.Module:
-    return importlib.import_module(f"core.models.{name}").model()
+    return build_model(name, categories=80)
 
 
 def step_seconds(model: torch.nn.Module, image: torch.Tensor, reps: int,
@@ -50,28 +49,33 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1, help="Squeeze batch on the CPU")
     parser.add_argument("--gpu-batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=511, help="Squeeze input side (511 as trained)")
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS),
+                        help="the models to count and time (the timings are Squeeze's and Tiny's)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 
-    for name in MODELS:
+    for name in args.models:
         count = sum(p.numel() for p in build(name).parameters())
         print(f"{name:18s} parameters {count:>13,d}")
 
+    if "CornerNet_Tiny" in args.models:
+        tiny = build("CornerNet_Tiny").train()
+        seconds = step_seconds(tiny, torch.randn(16, 3, 128, 128), max(args.reps, 5))
+        print(f"CornerNet_Tiny     cpu fwd+bwd 128x128 batch 16, {args.threads} threads: "
+              f"{seconds:.3f} s/batch")
+    if "CornerNet_Squeeze" not in args.models:
+        return
     squeeze = build("CornerNet_Squeeze").train()
-    image = torch.randn(args.batch, 3, 511, 511)
+    image = torch.randn(args.batch, 3, args.size, args.size)
     seconds = step_seconds(squeeze, image, args.reps)
-    print(f"CornerNet_Squeeze  cpu fwd+bwd 511x511 batch {args.batch}, {args.threads} threads: "
-          f"{seconds / args.batch:.2f} s/image")
-
-    tiny = build("CornerNet_Tiny").train()
-    seconds = step_seconds(tiny, torch.randn(16, 3, 128, 128), max(args.reps, 5))
-    print(f"CornerNet_Tiny     cpu fwd+bwd 128x128 batch 16, {args.threads} threads: "
-          f"{seconds:.3f} s/batch")
+    print(f"CornerNet_Squeeze  cpu fwd+bwd {args.size}x{args.size} batch {args.batch}, "
+          f"{args.threads} threads: {seconds / args.batch:.2f} s/image")
 
     if torch.cuda.is_available():
         squeeze = squeeze.cuda()
-        image = torch.randn(args.gpu_batch, 3, 511, 511, device="cuda")
+        image = torch.randn(args.gpu_batch, 3, args.size, args.size, device="cuda")
         for label, bf16 in (("fp32", False), ("bf16 autocast", True)):
             seconds = step_seconds(squeeze, image, max(args.reps, 5), bf16=bf16)
             print(f"CornerNet_Squeeze  cuda {label} train batch {args.gpu_batch}: "

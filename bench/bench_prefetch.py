@@ -3,7 +3,7 @@
     python bench/bench_prefetch.py [--batches 40] [--tiny-iters 60]
 
 1. For the CornerNet and CornerNet-Squeeze configs on ../shared/data/coco128 (batch 8 per step),
-   the trainer's side of core.prefetch with 1 and 2 workers and no model: images/s after a
+   the trainer's side of core.data.prefetch with 1 and 2 workers and no model: images/s after a
    warm-up, as the loop would see them (ordered delivery, slot copied out, slot freed).
 2. A real CPU run of `train.py CornerNet_Tiny` for a few iterations: the share of wall time
    the loop spent waiting for data, as train.py reports it.
@@ -26,9 +26,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, coco128_run
-from core.chunks import deal, rank_config
 from core.config import load_config
-from core.prefetch import Prefetcher
+from core.data.chunks import deal
+from core.data.prefetch import Prefetcher
+from core.data.ring import probe_batch
 from core.sample import data_sampling_func
 
 
@@ -37,10 +38,9 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
                                          prefetch_size=4)
     sample = data_sampling_func[system_config.sampling_function]
     share = deal(system_config, 0, 1)
-    local = rank_config(system_config, share)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
-    probe, _ = sample(local, db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
                     data_aug=True, stream="train") as data:
         for _ in range(4):

@@ -2,9 +2,9 @@
 
     python bench/bench_ring.py [--batches 30] [--repeats 3]
 
-1. Shared memory the rings take (`core.utils.files.shm_need`) for the shipped configs with
+1. Shared memory the rings take (`core.data.ring.shm_need`) for the shipped configs with
    --workers 1, 2 and 4, under the former rule (max(2, ceil(prefetch_size / workers)) slots
-   per worker, validation included), the current `core.prefetch.ring_slots` and one slot per
+   per worker, validation included), the current `core.data.ring.ring_slots` and one slot per
    worker.
 2. The hand-over cost alone: workers whose batch takes a fixed time to build (a sleep of
    --build-ms per image, so the CPU load of other processes does not blur it) and whose
@@ -31,14 +31,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, coco128_run
-from core import prefetch
-from core.chunks import deal, rank_config
 from core.config import load_config
+from core.data import prefetch, ring
+from core.data.chunks import deal
+from core.data.ring import probe_batch
 from core.sample import data_sampling_func
 from core.utils import files
 
 CONFIGS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade")
-CURRENT = prefetch.ring_slots
+CURRENT = ring.ring_slots
 
 
 def former(prefetch_size: int, workers: int, stream: str) -> int:
@@ -60,10 +61,10 @@ def shm_table(workers: int) -> None:
         system_config, db_config = load_config(name)
         needs = []
         for label, rule in RULES.items():
-            files.ring_slots = rule
-            need = files.format_bytes(files.shm_need(system_config, db_config, workers))
+            ring.ring_slots = rule
+            need = files.format_bytes(ring.shm_need(system_config, db_config, workers))
             needs.append(f"{label} {need:>10s}")
-        files.ring_slots = CURRENT
+        ring.ring_slots = CURRENT
         print(f"{name:18s} batch {system_config.batch_size:2d} --workers {workers}: /dev/shm "
               + ", ".join(needs))
 
@@ -107,7 +108,7 @@ def through(make_db, sample, system_config, workers: int, batches: int) -> float
     share = deal(system_config, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
-    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     with prefetch.Prefetcher(make_db, sample, system_config, probe, share=share,
                              workers=workers, data_aug=True, stream="train") as data:
         for _ in range(4):

@@ -5,10 +5,12 @@ the step time goes.
     python bench/bench_train.py --tiny                # CPU: small inputs, few iterations
 
 For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile,
-fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkFactory trains on ../shared/data/coco128 (the COCO dataset
-class, real augmentation) fed by core.prefetch exactly as train.py feeds it, one process, the
+fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkFactory trains on
+../shared/data/coco128 (the COCO dataset class, real augmentation) fed by core.data.prefetch
+exactly as train.py feeds it, one process, the
 config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
-of wall time spent waiting for the next batch, peak GPU memory (a row that runs out of memory says so and the next row runs). Then, for the fastest mode, one
+of wall time spent waiting for the next batch, peak GPU memory (a row that runs out of memory
+says so and the next row runs). Then, for the fastest mode, one
 batch's step split into host-to-device copy, target rendering + image normalisation, forward +
 loss, backward and optimizer step (each timed with the device synchronised), which says what
 limits the trainer when data wait is near zero.
@@ -30,10 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, coco128_run
-from core.chunks import deal, rank_config
 from core.config import load_config
+from core.data.chunks import deal
+from core.data.prefetch import Prefetcher
+from core.data.ring import probe_batch
+from core.nnet.parallel import split_batch
 from core.nnet.py_factory import NetworkFactory
-from core.prefetch import Prefetcher
 from core.sample import data_sampling_func
 from core.sample.render import render_targets
 from core.utils.device import configure, resolve_device
@@ -69,7 +73,7 @@ def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> d
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     sample = data_sampling_func[system_config.sampling_function]
-    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     configure(device, system_config.deterministic, fixed_sizes=True)
     torch.manual_seed(0)
     nnet = NetworkFactory(system_config, db, device=device, share=share)
@@ -111,7 +115,7 @@ def breakdown(nnet: NetworkFactory, batch: dict, reps: int) -> dict[str, float]:
     for _ in range(reps):
         nnet.optimizer.zero_grad(set_to_none=True)
         with timed("host-to-device"):
-            chunks = nnet._chunks(nnet._to_device(pinned))
+            chunks = split_batch(nnet._to_device(pinned), nnet.share)
         with timed("render+normalise"):
             inputs = [(nnet._image(c), render_targets(c, nnet.db_configs, nnet.categories))
                       for c in chunks]

@@ -26,3 +26,10 @@ def reference() -> Path:
     if not (REFERENCE / "README.md").is_file():
         pytest.skip(f"parity references not found at {REFERENCE} (../shared beside the repository)")
     return REFERENCE
+
+
+@pytest.fixture(scope="session")
+def tiny_db(coco128, tmp_path_factory):
+    """The coco128 training split as CornerNet_Tiny's dataset (80 classes)."""
+    from tests._dense_reference import coco128_db
+    return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)

@@ -1,11 +1,11 @@
-"""core.chunks: the global batch cut into chunks and dealt to any number of processes."""
+"""core.data.chunks: the global batch cut into chunks and dealt to any number of processes."""
 
 from __future__ import annotations
 
 import pytest
 
-from core.chunks import deal, global_chunks, rank_config
 from core.config import ConfigError, SystemConfig, load_config
+from core.data.chunks import deal, global_chunks, rank_config
 
 SHIPPED = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet-multi_scale",
            "CornerNet_Tiny")

@@ -1,13 +1,10 @@
-"""core.config_rules: values that cannot be right are refused at load, in one line."""
+"""core.config.rules: values that cannot be right are refused at load, in one line."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, check_db_config, load_config
-from core.config_rules import check_model_fit, config_difference
 
 
 def one_line(error: pytest.ExceptionInfo) -> str:
@@ -131,95 +128,3 @@ def test_every_shipped_config_passes_the_rules():
 
 
 # --------------------------------------------------------------------------------- model fit
-def tiny(**db) -> dict:
-    return check_db_config({"categories": 4, "input_size": [127, 127],
-                            "output_sizes": [[32, 32]], **db})
-
-
-def test_sizes_that_fit_the_model_pass():
-    check_model_fit("CornerNet_Tiny", tiny())
-    check_model_fit("CornerNet_Tiny", tiny(input_size=[128, 64], output_sizes=[[32, 16]]))
-
-
-def test_output_size_of_another_stride_names_the_right_value():
-    with pytest.raises(ConfigError) as caught:
-        check_model_fit("CornerNet_Tiny", tiny(output_sizes=[[16, 16]]))
-    assert one_line(caught) == ("db.output_sizes[0] is [16, 16] but model CornerNet_Tiny turns "
-                                "input_size [127, 127] into [32, 32] (stride 4); set "
-                                "db.output_sizes to [[32, 32]]")
-
-
-def test_input_size_the_hourglass_cannot_take_names_the_nearest_sizes():
-    with pytest.raises(ConfigError) as caught:
-        check_model_fit("CornerNet_Tiny", tiny(input_size=[127, 100]))
-    assert one_line(caught) == ("db.input_size width 100 does not fit model CornerNet_Tiny: it "
-                                "downsamples by 4 and then halves 3 times, so input / 4 "
-                                "(rounded up) must be a multiple of 8; use 95 or 127")
-    for fitting in (95, 127):
-        check_model_fit("CornerNet_Tiny", tiny(input_size=[127, fitting],
-                                               output_sizes=[[32, (fitting + 1) // 4]]))
-
-
-def test_squeeze_has_stride_eight():
-    db = check_db_config({"input_size": [500, 511], "output_sizes": [[64, 64]]})
-    with pytest.raises(ConfigError, match="downsamples by 8 and then halves 4 times, so input "
-                                          "/ 8 .* multiple of 16; use 383 or 511"):
-        check_model_fit("CornerNet_Squeeze", db)
-
-
-def test_attention_sizes_must_be_the_saccade_maps():
-    db = check_db_config({"input_size": [255, 255], "output_sizes": [[64, 64]],
-                          "att_sizes": [[8, 8], [16, 16], [32, 32]]})
-    with pytest.raises(ConfigError, match=r"att_sizes is \[\[8, 8\], \[16, 16\], \[32, 32\]\] "
-                                          r"but model CornerNet_Saccade makes attention maps of "
-                                          r"\[\[16, 16\], \[32, 32\], \[64, 64\]\]"):
-        check_model_fit("CornerNet_Saccade", db)
-
-
-def test_unknown_model_lists_the_valid_ones():
-    with pytest.raises(ConfigError, match="unknown model 'CornerNet_Huge'; valid model names"):
-        check_model_fit("CornerNet_Huge", tiny())
-
-
-@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
-def test_shipped_configs_fit_their_models(name):
-    system, db = load_config(name)
-    check_model_fit(system.model or system.snapshot_name, db)
-
-
-# ------------------------------------------------------------------------ snapshot configs
-def configs(model: str | None = "CornerNet_Tiny", categories: int = 4,
-            snapshot_name: str = "Tiny") -> dict:
-    return {"system": {"model": model, "snapshot_name": snapshot_name, "batch_size": 8},
-            "db": {"categories": categories, "input_size": [127, 127]}}
-
-
-def test_same_model_and_classes_differ_in_nothing_that_matters():
-    other = configs()
-    other["system"]["batch_size"], other["db"]["input_size"] = 2, [255, 255]
-    assert config_difference(configs(), other) == []
-
-
-def test_another_class_count_is_named_with_both_numbers():
-    assert config_difference(configs(categories=80), configs(categories=4)) == [
-        "db.categories: the snapshot was trained for 80 classes, this config has 4"]
-
-
-def test_another_model_is_named_also_when_chosen_by_the_config_name():
-    saved = configs(model=None, snapshot_name="CornerNet_Squeeze", categories=80)
-    assert config_difference(saved, configs()) == [
-        "model: the snapshot holds CornerNet_Squeeze, this config builds CornerNet_Tiny",
-        "db.categories: the snapshot was trained for 80 classes, this config has 4"]
-
-
-def test_settings_the_snapshot_does_not_record_are_not_compared():
-    assert config_difference({"system": {}}, configs()) == []
-
-
-def test_config_difference_reads_a_real_config_pair():
-    system, db = load_config("CornerNet_Tiny")
-    saved = json.loads(json.dumps({"system": system.full, "db": db}))
-    saved["db"]["categories"] = 80
-    expected = (f"db.categories: the snapshot was trained for 80 classes, this config has "
-                f"{db['categories']}")
-    assert config_difference(saved, {"system": system.full, "db": db}) == [expected]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.chunks import deal, rank_config
-from core.prefetch import Prefetcher
+from core.data.chunks import deal, rank_config
+from core.data.prefetch import Prefetcher
 from core.utils.device import configure, resolve_device
 from tests._fake_data import FakeDB, fake_sample
 from tests.test_precision import batch_of, tiny_config

@@ -8,6 +8,9 @@ from _tiny_coco import make_tiny_coco, run
 
 from demo import output_files
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def tiny_coco(coco128, tmp_path):

@@ -31,6 +31,9 @@ from _train_helpers import (
 
 from core.utils.dist import free_port
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 NAME = "Tiny128"
 CORNERNET_CHUNKS = {"batch_size": 49, "chunk_sizes": [4] + [5] * 9}  # configs/CornerNet.json
 SQUEEZE_CHUNKS = {"batch_size": 55, "chunk_sizes": [13, 14, 14, 14]}  # CornerNet_Squeeze.json
@@ -286,7 +289,7 @@ def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco12
 def test_the_cause_is_a_silent_kill_else_the_first_report_else_the_exit_status():
     from types import SimpleNamespace
 
-    from core.utils.launch import _cause
+    from core.engine.launch import _cause
 
     procs = [SimpleNamespace(pid=100 + i, exitcode=None) for i in range(3)]
     procs[1].exitcode = -signal.SIGKILL

@@ -1,4 +1,4 @@
-"""core.dry_run: the prefetch path alone, its counts, bytes and where the workers' time goes."""
+"""core.data.dry_run: the prefetch path alone, its counts, bytes and where the workers' time goes."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from _dense_reference import coco128_db
 from _fake_data import FakeDB, fake_sample
 
-from core.chunks import deal
 from core.config import ConfigError, SystemConfig, load_config
-from core.dry_run import DryRun, TimedSample, dry_run
+from core.data.chunks import deal
+from core.data.dry_run import DryRun, TimedSample, dry_run
 from core.sample import data_sampling_func
 
 DELAY = 0.02
@@ -89,7 +89,7 @@ def test_timed_sample_splits_reading_augmenting_and_queueing():
 def test_report_names_every_figure():
     text = run(workers=2, batches=3).report()
     for words in ("3 batches of 3 images (9 images) from 2 workers", "images/s", "per worker",
-                  "bytes per image crossing processes: 20 bytes", "reading", "augmenting",
+                  "bytes per image crossing processes: 20 B", "reading", "augmenting",
                   "queueing", "ms after the first"):
         assert words in text
 

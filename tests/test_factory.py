@@ -1,14 +1,18 @@
-"""NetworkFactory parameter I/O: official plain state dicts, pretrained weights, snapshots."""
+"""NetworkFactory: its step (gradient norm, clipping, a skipped step) and parameter I/O (official
+plain state dicts, pretrained weights, snapshots)."""
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from core.config import ConfigError, SystemConfig, check_db_config
-from core.nnet.py_factory import NetworkFactory
+from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
+from tests.test_precision import batch_of
+from tests.test_precision import factory as tiny_factory
 
 
 def factory(tmp_path, categories=4, seed=0):
@@ -76,3 +80,51 @@ def test_snapshot_round_trip_restores_model_and_optimizer(tmp_path):
     assert not inference.optimizer.state_dict()["state"]
     assert torch.equal(inference.model.state_dict()["hg.pre.0.conv.weight"],
                        first.model.state_dict()["hg.pre.0.conv.weight"])
+
+
+def test_clipped_gradient_norm_never_exceeds_the_limit(tmp_path, tiny_db):
+    batch = batch_of(tiny_db, 2)
+    free = tiny_factory(tmp_path, tiny_db)
+    free.train(batch)
+    unclipped = float(free.grad_norm)
+    limit = unclipped / 10
+    clipped = tiny_factory(tmp_path, tiny_db, clip_grad_norm=limit)
+    seen = []
+    original_step = clipped.optimizer.step
+
+    def step_checking_norm(*args, **kwargs):
+        grads = [p.grad for p in clipped.model.parameters() if p.grad is not None]
+        seen.append(float(torch.nn.utils.get_total_norm(grads)))
+        return original_step(*args, **kwargs)
+
+    clipped.optimizer.step = step_checking_norm
+    for _ in range(3):
+        clipped.train(batch)
+    assert float(clipped.grad_norm) > limit  # the logged norm is the one before clipping
+    assert all(norm <= limit * (1 + 1e-5) for norm in seen)
+    assert seen[0] == pytest.approx(limit, rel=1e-4)
+
+
+
+
+def test_factory_reports_grad_norm_equal_to_the_gradients(tmp_path, tiny_db):
+    nnet: NetworkFactory = tiny_factory(tmp_path, tiny_db)
+    nnet.optimizer.step = lambda *a, **k: None  # keep the gradients to compare
+    nnet.train(batch_of(tiny_db, 2))
+    grads = [p.grad for p in nnet.model.parameters() if p.grad is not None]
+    assert float(nnet.grad_norm) == pytest.approx(
+        math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads)), rel=1e-5)
+
+
+
+
+def test_a_skipped_non_finite_step_leaves_the_batch_norm_statistics_untouched(tmp_path, tiny_db):
+    nnet = tiny_factory(tmp_path, tiny_db, nonfinite_loss="skip")
+    nnet.train_mode()
+    with torch.no_grad():
+        nnet.model.hg.pre[0].conv.weight[0, 0, 0, 0] = float("nan")
+    before = [b.clone() for b in nnet.model.buffers()]
+    with pytest.raises(NonFiniteLoss):
+        nnet.train(batch_of(tiny_db, 2))
+    for now, was in zip(nnet.model.buffers(), before):
+        assert torch.equal(now, was)

@@ -26,6 +26,9 @@ from tests._train_helpers import (
     write_config,
 )
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 NAME = "Tiny128"
 
 

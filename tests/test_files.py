@@ -16,9 +16,10 @@ import pytest
 import torch
 from _fake_data import FakeDB, fake_sample
 
-from core.chunks import deal, rank_config
 from core.config import SystemConfig, check_db_config
-from core.prefetch import Prefetcher, process_identity, ring_slots
+from core.data.chunks import deal, rank_config
+from core.data.prefetch import Prefetcher
+from core.data.ring import image_bytes, ring_slots, shm_need
 from core.utils import files
 from core.utils.files import (
     DiskFull,
@@ -26,14 +27,13 @@ from core.utils.files import (
     ShmTooSmall,
     check_free_disk,
     check_shm,
-    image_bytes,
     probe_writable,
     remove_stale_temp_files,
-    shm_need,
     snapshot_bytes,
     temp_path,
     write_atomic,
 )
+from core.utils.procs import process_identity
 
 REPO = Path(__file__).resolve().parents[1]
 MiB = 2 ** 20

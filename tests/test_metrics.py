@@ -8,13 +8,12 @@ import json
 
 import pytest
 
-from core.metrics import (
+from core.engine.metrics import (
     DataCounts,
     JsonlWriter,
     Metrics,
     Throughput,
     display_line,
-    due,
     read_lines,
     tensorboard_writer,
 )
@@ -94,7 +93,7 @@ def test_without_tensorboard_one_line_says_it_is_off(tmp_path, monkeypatch):
 
 def test_throughput_counts_images_and_wait_per_window(monkeypatch):
     clock = iter([100.0, 104.0, 110.0])
-    monkeypatch.setattr("core.metrics.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("core.engine.metrics.time.perf_counter", lambda: next(clock))
     speed = Throughput()  # t = 100
     speed.add(8, 0.5)
     speed.add(8, 1.5)
@@ -112,9 +111,7 @@ def test_data_counts_add_up_and_name_skipped_images():
     assert said == ["skipped unreadable image a.jpg"]
 
 
-def test_due_and_display_line():
-    assert [it for it in range(1, 11) if due(it, 3)] == [3, 6, 9]
-    assert not any(due(it, 0) for it in range(1, 5))
+def test_display_line():
     line = display_line(7, {"loss": 1.23456789, "terms": ["focal"], "focal": 1.0, "lr": 0.001,
                             "grad_norm": 2.5, "images_per_s": 10.0, "data_wait": 0.25})
     assert line.startswith("iteration 7: loss 1.2345679 (focal 1.0000), lr 0.001, grad norm 2.5")

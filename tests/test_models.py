@@ -12,6 +12,7 @@ import torch
 
 from core.models import load_original_state_dict
 from core.models.CornerNet_Tiny import model as TinyModel
+from core.models.py_utils.decode import decode
 
 torch.set_num_threads(2)
 
@@ -200,13 +201,20 @@ def test_tiny_default_has_80_categories():
     assert TinyModel().tl_heats[0][-1].out_channels == 80
 
 
-def test_tiny_test_path_returns_detections(tiny):
+def test_tiny_test_path_decodes_the_last_stack_of_the_train_path(tiny):
     x = torch.randn(2, 3, 128, 128)
     with torch.no_grad():
-        detections, tl_heat, *_ = tiny.eval()(x, test=True, K=10, kernel=3, num_dets=50)
+        tiny.eval()
+        detections, *maps = tiny(x, test=True, K=10, kernel=3, num_dets=50)
+        heads = [stacks[-1] for stacks in tiny(x)]
     tiny.train()
     assert detections.shape == (2, 50, 8)
-    assert tl_heat.shape == (2, 3, 32, 32)
+    for got, expected in zip(maps, heads[:4]):  # tl/br heats and tags, raw
+        assert torch.equal(got, expected)
+    assert torch.equal(detections, decode(*heads, K=10, kernel=3, num_dets=50))
+    scores = detections[..., 4]
+    assert (scores[:, :-1] >= scores[:, 1:]).all()  # best first
+    assert set(detections[..., 7].unique().tolist()) <= {0.0, 1.0, 2.0}  # one of 3 classes
 
 
 def test_tiny_trains_through_its_loss(tiny):

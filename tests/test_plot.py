@@ -53,11 +53,13 @@ def test_a_last_line_cut_mid_write_is_left_out(tmp_path):
     assert plot_metrics.read_metrics(path) == records
 
 
-def test_a_damaged_line_before_the_last_is_an_error_naming_it(tmp_path):
+def test_a_damaged_line_is_left_out_and_named_once_as_the_trainer_does(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps(training_line(10)) + "\n{oops\n" + json.dumps(training_line(20)))
-    with pytest.raises(plot_metrics.MetricsError, match="line 2 is not JSON"):
-        plot_metrics.read_metrics(path)
+    path.write_bytes(json.dumps(training_line(10)).encode() + b"\n{oops\n\xff\xfe\n"
+                     + json.dumps(training_line(20)).encode() + b"\n")
+    assert plot_metrics.read_metrics(path) == [training_line(10), training_line(20)]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "left out 2 damaged lines (the first is line 2)" in err
 
 
 def test_selects_losses_lr_and_ap_series_with_their_values():

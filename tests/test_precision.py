@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.chunks import deal
 from core.config import ConfigError, SystemConfig
+from core.data.chunks import deal
 from core.nnet.py_factory import NetworkFactory
 from core.sample import data_sampling_func
 from tests._dense_reference import coco128_db

@@ -1,4 +1,4 @@
-"""core.prefetch: ordered, reproducible batches from worker processes; errors and shutdown."""
+"""core.data.prefetch: ordered, reproducible batches from worker processes; errors and shutdown."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 from _fake_data import FakeDB, fake_sample
 
-import core.prefetch
-from core.chunks import deal, rank_config
+import core.data.prefetch
 from core.config import SystemConfig
-from core.prefetch import Prefetcher, WorkerError, is_alive, process_identity, stream_indices
+from core.data.chunks import deal, rank_config
+from core.data.prefetch import Prefetcher, WorkerError
+from core.data.stream import stream_indices
+from core.utils.procs import is_alive, process_identity
 
 
 def config(batch_size=3, **extra):
@@ -183,9 +185,9 @@ def test_a_worker_exits_soon_after_its_trainer_dies():
     script = (
         "import sys, time; sys.path.insert(0, 'tests')\n"
         "from _fake_data import FakeDB, fake_sample\n"
-        "from core.chunks import deal\n"
+        "from core.data.chunks import deal\n"
         "from core.config import SystemConfig\n"
-        "from core.prefetch import Prefetcher\n"
+        "from core.data.prefetch import Prefetcher\n"
         "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
         "probe, _ = fake_sample(system, FakeDB(), 0)\n"
         "data = Prefetcher(FakeDB, fake_sample, system, probe, share=deal(system, 0, 1),\n"
@@ -219,7 +221,7 @@ def test_a_failing_pin_thread_ends_get_at_once_with_its_own_error(monkeypatch):
     def broken_copy(ring, slot, pin):
         raise RuntimeError("injected pin failure")
 
-    monkeypatch.setattr(core.prefetch, "_copy_out", broken_copy)
+    monkeypatch.setattr(core.data.prefetch, "_copy_out", broken_copy)
     local = config(3)
     probe, _ = fake_sample(local, FakeDB(), 0)
     t0 = time.monotonic()

@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from core.chunks import deal
 from core.config import SystemConfig
+from core.data.chunks import deal
 from core.nnet import running_stats
 from core.nnet.running_stats import RunningStatsMerge
 

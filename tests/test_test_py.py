@@ -17,6 +17,9 @@ from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
 from core.config import load_config
 from core.inference.coco_eval import METRIC_NAMES
 
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def tiny_coco(coco128, tmp_path):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 from _train_helpers import (
     REPO,
@@ -20,6 +21,9 @@ from _train_helpers import (
     run_train,
     write_config,
 )
+
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
 
 NAME = "Tiny128"
 
@@ -72,12 +76,10 @@ def test_initialize_writes_snapshot_zero_without_reading_images(tmp_path, coco12
     empty = tmp_path / "no_images"
     empty.mkdir()
     config_dir = write_config(tmp_path, coco128, images=empty, strict_images=True)
-    t0 = time.monotonic()
     result = run_train(config_dir, "--initialize")
     assert result.returncode == 0, result.stdout + result.stderr
     assert load(snapshot(tmp_path, 0))["iteration"] == 0
     assert "iteration 1" not in result.stdout
-    assert time.monotonic() - t0 < 60
 
 
 def _broken_dataset(tmp_path, coco128, broken: str):

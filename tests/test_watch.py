@@ -12,8 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.metrics import read_lines
+from core.engine.metrics import read_lines
 from tests._train_helpers import REPO, interrupted, run_train, write_config
+
+# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
+pytestmark = pytest.mark.slow
 
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",

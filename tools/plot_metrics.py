@@ -14,12 +14,16 @@ never shows half an image. matplotlib is an optional extra: pip install -e ".[pl
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.config import load_config
+from core.engine.cli import report
+from core.engine.metrics import read_lines
+from core.errors import UsageError
 
 AP_KEYS = ("AP", "AP50", "AP75")
 PANEL_INCHES = (9.0, 3.0)
@@ -30,7 +34,7 @@ LOSS_STYLES = {"loss": {"color": "black", "linewidth": 2},
 Series = tuple[list[int], list[float]]  # iterations (ascending), values
 
 
-class MetricsError(ValueError):
+class MetricsError(UsageError):
     """The metrics file cannot be plotted; the message names it and says why."""
 
 
@@ -48,33 +52,15 @@ class Curves:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """The records of a metrics.jsonl file, in file order.
-
-    The last line may be cut mid-write by a running trainer and is then left out; any other
-    line that is not a JSON object with an integer "iteration" is an error naming it.
-    """
-    try:
-        lines = path.read_text().split("\n")
-    except FileNotFoundError:
+    """The records of a metrics.jsonl file, in file order, read as the trainer reads them: a
+    damaged line is left out and named once on stderr."""
+    if not path.is_file():
         raise MetricsError(f"no metrics file at {path}: train with this config first, or "
-                           f"name the file (or --cache-dir) the run wrote to") from None
+                           f"name the file (or --cache-dir) the run wrote to")
+    try:
+        return read_lines(path, lambda text: print(f"note: {text}", file=sys.stderr))
     except OSError as err:
         raise MetricsError(f"cannot read {path}: {err.strerror}") from None
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):  # no newline after it yet: still being written
-                continue
-            raise MetricsError(f"{path} line {number} is not JSON: the file is damaged; "
-                               f"remove that line") from None
-        if not isinstance(record, dict) or not _is_int(record.get("iteration")):
-            raise MetricsError(f"{path} line {number} has no integer \"iteration\"")
-        records.append(record)
-    return records
 
 
 def select_curves(records: list[dict], where: Path) -> Curves:
@@ -184,8 +170,6 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
         if cache_dir is not None:
             raise MetricsError("--cache-dir goes with a config name, not with a metrics file")
         return Path(target)
-    from core.config import load_config
-
     system_config, _ = load_config(target)
     if cache_dir is not None:
         system_config.full["cache_dir"] = str(Path(cache_dir).resolve())
@@ -206,26 +190,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        import matplotlib  # noqa: F401 - only to say how to get it
-    except ImportError:
-        print('error: plotting needs matplotlib: pip install -e ".[plot]"', file=sys.stderr)
-        return 2
-    from core.config import ConfigError
-
-    try:
+        try:
+            import matplotlib  # noqa: F401 - only to say how to get it
+        except ImportError:
+            raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
         path = metrics_path(args.target, args.cache_dir)
         curves = select_curves(read_metrics(path), path)
-    except (MetricsError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    out = args.out or path.with_name("metrics.png")
-    try:
+        out = args.out or path.with_name("metrics.png")
         plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
-    except OSError as err:
-        if os.environ.get("CORNERNET_DEBUG") == "1":
-            raise
-        print(f"error: cannot write {out}: {err.strerror or err}", file=sys.stderr)
-        return 1
+    except Exception as err:  # noqa: BLE001 - one report, by the project's table
+        return report(err, argv)
     print(f"wrote {out}")
     return 0
 

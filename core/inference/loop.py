@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from core.config import lookup
 from core.utils.images import ImageReadError
 
+from ..errors import lookup
 from .registry import Inference, test_func
 from .timing import StageTimer
 

@@ -1,10 +1,22 @@
-"""Detector models, one module per model name, each exposing `model`."""
+"""Detector models by name: `MODELS[name]` is a module exposing `model(categories=...)`."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 
 import torch
 from torch import nn
+
+from ..errors import lookup
+
+# Model modules by name: `system.model`, or the config name, selects one of these.
+MODELS = {name: f"core.models.{name}" for name in (
+    "CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet_Tiny")}
+
+
+def build_model(name: str, categories: int) -> nn.Module:
+    """The model module `name`'s `model(categories=...)`; an unknown name lists the valid ones."""
+    return importlib.import_module(lookup(MODELS, name, "model")).model(categories=categories)
 
 
 def strip_module_prefix(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -10,7 +10,7 @@ import difflib
 
 from torch import nn
 
-from ..config import ConfigError
+from ..errors import ConfigError
 
 
 def _under(name: str, prefixes: list[str]) -> bool:

@@ -1,30 +1,30 @@
-"""NetworkFactory: a model with its loss and optimizer, one training step, and parameter I/O."""
+"""NetworkFactory: a model with its loss, optimizer and gradient scaler, and one step.
+
+What a step needs beyond that lives beside it: the chunks of a batch and the DDP wrap in
+`parallel`, the snapshot format in `checkpoint`, freezing in `freeze`.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from ..chunks import Deal
-from ..config import ConfigError, lookup
-from ..config_rules import config_difference
-from ..models import load_original_state_dict, strip_module_prefix
+from ..errors import ConfigError
+from ..models import build_model
 from ..sample.render import normalize_image, render_targets
 from ..utils.device import check_precision, resolve_device
-from ..utils.files import write_atomic
+from . import checkpoint, parallel
 from .freeze import freeze, frozen_norms_to_eval
-from .running_stats import RunningStatsMerge
 
-# Model modules by name: `system.model`, or the config name, selects one of these.
-MODELS = {name: f"core.models.{name}" for name in (
-    "CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet_Tiny")}
-
-SNAPSHOT_FORMAT = "cornernet-lite-modern/1"
+if TYPE_CHECKING:
+    from ..config import SystemConfig
+    from ..data.chunks import Deal
+    from ..dbs.detection import DETECTION
+    from .running_stats import RunningStatsMerge
 
 
 class NonFiniteLoss(FloatingPointError):
@@ -35,17 +35,12 @@ class NonFiniteLoss(FloatingPointError):
         super().__init__(", ".join(f"{k}={v:.6g}" for k, v in terms.items()))
 
 
-def build_model(system_config: Any, categories: int) -> nn.Module:
-    """The model module's `model(categories=...)`, chosen by `system.model` or the config name."""
-    name = system_config.model or system_config.snapshot_name
-    module = importlib.import_module(lookup(MODELS, name, "model"))
-    return module.model(categories=categories)
 
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check_runtime(system_config: Any, device: torch.device) -> None:
+def check_runtime(system_config: SystemConfig, device: torch.device) -> None:
     """Settings this device cannot run: a ConfigError before anything starts."""
     if device.type != "cuda" and system_config.amp == "fp16":
         raise ConfigError("system.amp \"fp16\" needs a GPU (float16 autocast with a gradient "
@@ -57,7 +52,7 @@ def check_runtime(system_config: Any, device: torch.device) -> None:
 
 
 class NetworkFactory:
-    """Model + loss + optimizer of one process.
+    """Model + loss + optimizer (+ gradient scaler) of one process, and its training step.
 
     Args:
         system_config: the resolved SystemConfig (optimizer, snapshot paths, amp, sync_bn,
@@ -66,11 +61,12 @@ class NetworkFactory:
         device: where to run (`core.utils.device.resolve_device`: cuda:<current> when there is
             a GPU, else CPU, unless given).
         distributed: wrap the model in DistributedDataParallel (process group already set up).
-        share: this process's chunks of the global batch (`core.chunks.deal`); None is one
+        share: this process's chunks of the global batch (`core.data.chunks.deal`); None is one
             process running the whole batch as one chunk.
     """
 
-    def __init__(self, system_config: Any, db: Any, device: torch.device | str | None = None,
+    def __init__(self, system_config: SystemConfig, db: DETECTION,
+                 device: torch.device | str | None = None,
                  distributed: bool = False, share: Deal | None = None) -> None:
         self.system_config = system_config
         self.db_configs = db.configs
@@ -79,11 +75,9 @@ class NetworkFactory:
         check_runtime(system_config, self.device)
         self.share = share
         self.distributed = distributed
-        model = build_model(system_config, self.categories)
+        model = build_model(system_config.model or system_config.snapshot_name, self.categories)
         self.frozen = freeze(model, system_config.freeze)
-        # SyncBatchNorm makes one forward of the whole local batch per rank necessary: its
-        # collectives must match across ranks whose chunk counts differ.
-        self.one_forward = bool(system_config.sync_bn and distributed and share and share.world > 1)
+        self.one_forward = parallel.one_forward(system_config.sync_bn, distributed, share)
         if self.one_forward:
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
         self._memory_format = (torch.channels_last if system_config.channels_last
@@ -94,13 +88,9 @@ class NetworkFactory:
         self._ddp: nn.parallel.DistributedDataParallel | None = None
         self._merge: RunningStatsMerge | None = None
         if distributed:
-            ids = [self.device.index] if self.device.type == "cuda" else None
-            # Buffers are merged after each step (RunningStatsMerge), not broadcast from rank 0.
-            self._ddp = nn.parallel.DistributedDataParallel(self.model, device_ids=ids,
-                                                            forward_sync_buffers=False)
+            self._ddp, self._merge = parallel.wrap(self.model, self.device, share,
+                                                   self.one_forward)
             self.network = self._ddp
-            if not self.one_forward and share is not None:
-                self._merge = RunningStatsMerge(self.model, share)
         if system_config.compile:
             self.network = torch.compile(self.network)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
@@ -154,33 +144,13 @@ class NetworkFactory:
             outs = self.network(self._image(batch))
         sizes = [len(chunk["image"]) for chunk in chunks]
         return [self.loss(part, render_targets(chunk, self.db_configs, self.categories))
-                for part, chunk in zip(_split_outputs(outs, sizes), chunks)]
+                for part, chunk in zip(parallel.split_outputs(outs, sizes), chunks)]
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
 
-    def _chunks(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """This process's chunks of a batch already on the device."""
-        sizes = self.share.mine if self.share else [len(batch["image"])]
-        if len(sizes) == 1:
-            return [batch]
-        parts = {key: torch.split(value, sizes) for key, value in batch.items()}
-        return [{key: parts[key][i] for key in batch} for i in range(len(sizes))]
-
     def _global_mean(self, losses: list[tuple[torch.Tensor, dict]]) -> tuple[torch.Tensor, dict]:
-        """The mean over every chunk of the global batch of the loss and of each term.
-
-        The same number on every rank (one all-reduce), and the one a single process running
-        every chunk would print. Non-finite on one rank makes it non-finite everywhere.
-        """
-        keys = list(losses[0][1])
-        local = torch.stack([sum(loss.detach().float() for loss, _ in losses)]
-                            + [sum(terms[key].float() for _, terms in losses) for key in keys])
-        chunks = len(self.share.sizes) if self.share else len(losses)
-        if self.distributed:
-            torch.distributed.all_reduce(local)
-        mean = local / chunks
-        return mean[0], dict(zip(keys, mean[1:]))
+        return parallel.global_mean(losses, self.share, self.distributed)
 
     def train(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """One optimisation step. Returns (loss, terms): means over every chunk of the global
@@ -195,7 +165,7 @@ class NetworkFactory:
         if self._scale is None and self.scaler.is_enabled():  # the initial or resumed scale
             self._scale = self.scaler.get_scale()
         batch = self._to_device(batch)
-        chunks = self._chunks(batch)
+        chunks = parallel.split_batch(batch, self.share)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
         # A skipped step must leave the running statistics as they were ("stop" ends the run).
         buffers = ([b.clone() for b in self.model.buffers()]
@@ -254,7 +224,7 @@ class NetworkFactory:
     def validate(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """The loss of a batch (mean over every chunk of the global batch), updating nothing."""
         batch = self._to_device(batch)
-        chunks = self._chunks(batch)
+        chunks = parallel.split_batch(batch, self.share)
         if self.one_forward:
             return self._global_mean(self._whole_batch_losses(batch, chunks))
         return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
@@ -266,113 +236,24 @@ class NetworkFactory:
             return self.model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
+    def config_record(self) -> dict:
+        """The resolved config as a snapshot stores it: {"system": {...}, "db": {...}}."""
+        return {"system": checkpoint.plain(self.system_config.full),
+                "db": checkpoint.plain(self.db_configs)}
+
     def save_params(self, iteration: int, state: dict | None = None,
                     path: Path | None = None) -> Path:
         """Write snapshot `iteration` atomically (to its numbered file, or `path`): model,
-        optimizer, config and `state`."""
-        snapshot = {
-            "format": SNAPSHOT_FORMAT,
-            "iteration": iteration,
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "config": {"system": _plain(self.system_config.full), "db": _plain(self.db_configs)},
-            "rng": {"torch": torch.get_rng_state()},
-            **(state or {}),
-        }
-        if self.device.type == "cuda":
-            snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
-        if self.scaler.is_enabled():
-            snapshot["scaler"] = self.scaler.state_dict()
-        path = path or self.system_config.snapshot_file(iteration)
-        write_atomic(snapshot, path)
-        return path
+        optimizer, config and the loop's `state`."""
+        return checkpoint.save(self, iteration, state,
+                               path or self.system_config.snapshot_file(iteration))
 
     def load_params(self, iteration: int, model_only: bool = False) -> dict:
-        """Load snapshot `iteration` (ours, or an official plain state dict).
-
-        Restores model, optimizer, gradient scaler (fp16) and RNG states (only the model with
-        `model_only`, for inference); returns the whole snapshot dict.
-        """
-        path = self.system_config.snapshot_file(iteration)
-        if not path.is_file():
-            have = sorted(self.system_config.snapshot_dir.glob("*.pkl"))
-            raise FileNotFoundError(f"no snapshot for iteration {iteration}: {path} does not "
-                                    f"exist; available: "
-                                    f"{', '.join(p.name for p in have) or 'none'}")
-        snapshot = _load(path)
-        if snapshot.get("format") != SNAPSHOT_FORMAT:
-            try:
-                load_original_state_dict(self.model, snapshot)
-            except RuntimeError as err:
-                raise ConfigError(f"{path} does not fit this config: {err}") from None
-            return {"iteration": iteration}
-        differences = config_difference(snapshot.get("config", {}), {
-            "system": _plain(self.system_config.full), "db": _plain(self.db_configs)})
-        if differences:
-            raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
-        self.model.load_state_dict(snapshot["model"])
-        if model_only:
-            return snapshot
-        saved_algo = snapshot.get("config", {}).get("system", {}).get("opt_algo")
-        try:
-            if saved_algo not in (None, self.system_config.opt_algo):
-                raise ValueError(f"it was trained with {saved_algo}, this config uses "
-                                 f"{self.system_config.opt_algo}")
-            self.optimizer.load_state_dict(snapshot["optimizer"])
-        except ValueError as err:  # another optimizer, or other parameters frozen
-            raise ConfigError(f"{path}: its optimizer state does not fit this config ({err}); "
-                              f"to start from its weights, set system.pretrain to it") from None
-        if self.scaler.is_enabled() and snapshot.get("scaler"):
-            self.scaler.load_state_dict(snapshot["scaler"])
-        torch.set_rng_state(snapshot["rng"]["torch"])
-        if "cuda" in snapshot["rng"] and self.device.type == "cuda":
-            torch.cuda.set_rng_state(snapshot["rng"]["cuda"], self.device)
-        return snapshot
+        """Load snapshot `iteration` (ours, or an official plain state dict); with `model_only`
+        (inference) only the weights. Returns the whole snapshot dict."""
+        path = checkpoint.require_snapshot(self.system_config, iteration)
+        return checkpoint.load(self, path, iteration, model_only)
 
     def load_pretrained_params(self, path: str | Path) -> list[str]:
-        """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
-
-        Entries whose shape differs (a head for another class count) are skipped and named.
-        """
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"system.pretrain: {path} does not exist")
-        loaded = _load(path)
-        loaded = strip_module_prefix(loaded.get("model", loaded)
-                                     if loaded.get("format") == SNAPSHOT_FORMAT else loaded)
-        own = self.model.state_dict()
-        usable = {k: v for k, v in loaded.items() if k in own and own[k].shape == v.shape}
-        skipped = sorted(set(loaded) - set(usable)) + sorted(set(own) - set(loaded))
-        self.model.load_state_dict(usable, strict=False)
-        if skipped:
-            print(f"pretrained {path.name}: {len(usable)} entries loaded, {len(skipped)} skipped "
-                  f"(missing or other shape): {', '.join(skipped[:8])}"
-                  f"{' ...' if len(skipped) > 8 else ''}")
-        return skipped
-
-
-def _load(path: Path) -> dict:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure means the same to a user
-        raise ConfigError(f"cannot load {path}: {err}") from None
-
-
-def _plain(value: Any) -> Any:
-    """Config values as JSON-like python types (snapshots load with weights_only=True)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)
-
-
-def _split_outputs(outs: Any, sizes: list[int]) -> list[Any]:
-    """A model's outputs (tensors in nested lists, batch first) cut along the batch into
-    `sizes`: one output structure per chunk."""
-    if isinstance(outs, torch.Tensor):
-        return list(torch.split(outs, sizes))
-    parts = [_split_outputs(item, sizes) for item in outs]
-    return [[part[i] for part in parts] for i in range(len(sizes))]
+        """Starting weights from a plain state dict or a snapshot; returns the skipped keys."""
+        return checkpoint.load_pretrained(self.model, Path(path))

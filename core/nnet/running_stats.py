@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..chunks import Deal
+from ..data.chunks import Deal
 
 
 class RunningStatsMerge:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
@@ -25,6 +25,9 @@ from core.sample.utils import (
     whole_view,
 )
 from core.utils.images import ImageReadError
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 logger = logging.getLogger(__name__)
 _said_dropped = False
@@ -46,7 +49,7 @@ def allocate(configs: dict, batch_size: int) -> dict[str, np.ndarray]:
     }
 
 
-def sample_batch(system_config: Any, db: Any, k_ind: int, extra: dict[str, np.ndarray],
+def sample_batch(system_config: SystemConfig, db: Any, k_ind: int, extra: dict[str, np.ndarray],
                  fill: Fill) -> tuple[dict, int]:
     """Build `system_config.batch_size` images from position `k_ind` of `db.db_inds`.
 
@@ -137,7 +140,7 @@ def cornernet_view(rng: np.random.Generator, image_hw: tuple[int, int], configs:
     return View(view.scale, view.shift, view.src_box, flip=bool(rng.uniform() > 0.5))
 
 
-def cornernet(system_config: Any, db: Any, k_ind: int, data_aug: bool = True
+def cornernet(system_config: SystemConfig, db: Any, k_ind: int, data_aug: bool = True
               ) -> tuple[dict, int]:
     """CornerNet / CornerNet-Squeeze batch from db.db_inds[k_ind:]; returns (batch, next k_ind).
 

@@ -8,7 +8,7 @@ of every object, per scale, in the cell of that scale's grid.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from core.sample.utils import (
     render_view,
     whole_view,
 )
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 # Size bands of the reference object (longest side, input pixels) and the ranges its scaled
 # longest side is drawn from, as in the original.
@@ -94,7 +97,7 @@ def attention_cells(boxes: np.ndarray, configs: dict, slots: int) -> np.ndarray:
     return cells
 
 
-def cornernet_saccade(system_config: Any, db: Any, k_ind: int, data_aug: bool = True
+def cornernet_saccade(system_config: SystemConfig, db: Any, k_ind: int, data_aug: bool = True
                       ) -> tuple[dict, int]:
     """CornerNet-Saccade batch from db.db_inds[k_ind:]; returns (batch, next k_ind).
 

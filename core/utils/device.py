@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from ..config_rules import ConfigError
+from ..errors import ConfigError
 
 _NAME = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..config import ConfigError
+from ..errors import ConfigError
 from .peers import PeerWatch, store_address
 
 
@@ -80,7 +80,6 @@ def init(backend: str | None, url: str, world_size: int, rank: int,
     # A lost peer surfaces as an error after this long instead of a silent hang.
     dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank,
                             timeout=timedelta(minutes=5))
-    return device
 
 
 def cleanup() -> None:
@@ -93,7 +92,7 @@ def cleanup() -> None:
 RANKS_AGREE_RTOL = 1e-6
 
 
-def check_ranks_agree(model: torch.nn.Module, log) -> None:
+def check_ranks_agree(model: torch.nn.Module, log: Callable[[str], None]) -> None:
     """Raise if the parameters differ between ranks (a DDP bug or a diverged rank): their sum
     and sum of squares (float64) differ by more than RANKS_AGREE_RTOL relative."""
     local = torch.zeros(2, dtype=torch.float64, device=next(model.parameters()).device)

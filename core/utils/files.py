@@ -23,7 +23,7 @@ from typing import Any, BinaryIO, Callable
 
 import torch
 
-from core.prefetch import is_alive, process_identity, ring_slots
+from .procs import is_alive, process_identity
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 _TEMP = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)(?:-(?P<start>\d+))?\.tmp$")
@@ -256,40 +256,6 @@ def check_free_disk(folder: Path, need_bytes: int, what: str = "two snapshots",
 
 
 # ----------------------------------------------------------------------- shared memory
-def image_bytes(db_config: dict, sampling_function: str) -> int:
-    """Bytes one image takes in a batch slot (the batch contract in core/sample/__init__.py).
-
-    cornernet: the (H, W, 3) uint8 crop, the (3, 4) float32 colour affine, M boxes (float32
-    x4) with their int64 classes and the int64 object count, M = db.max_objects.
-    cornernet_saccade adds as many ignore boxes, classes and a count, and (S, M) int64
-    attention cells, S = len(db.att_sizes).
-    """
-    height, width = db_config["input_size"]
-    slots = db_config["max_objects"]
-    records = 3 * 4 * 4 + slots * (4 * 4 + 8) + 8
-    if sampling_function == "cornernet_saccade":
-        records += slots * (4 * 4 + 8) + 8 + len(db_config["att_sizes"]) * slots * 8
-    return height * width * 3 + records
-
-
-def shm_need(system_config: Any, db_config: dict, workers: int,
-             batch_size: int | None = None) -> int:
-    """Bytes of /dev/shm the prefetch rings of one process take.
-
-    The training ring has `workers * ring_slots(prefetch_size, workers, "train")` slots of
-    one batch each, the validation ring (when val_iter > 0) one worker's slots. `batch_size`
-    is the process's share (default: the whole batch, which is also what all processes of a
-    run on one machine take together, since their shares add up to it).
-    """
-    per_batch = (batch_size or system_config.batch_size) * image_bytes(
-        db_config, system_config.sampling_function)
-    prefetch = system_config.prefetch_size
-    slots = workers * ring_slots(prefetch, workers, "train")
-    if system_config.val_iter:
-        slots += ring_slots(prefetch, 1, "val")
-    return slots * per_batch
-
-
 def check_shm(need: int, path: Path | str = "/dev/shm") -> None:
     """Raise ShmTooSmall unless `path` has `need` bytes free; nothing to check without it."""
     if not Path(path).is_dir():

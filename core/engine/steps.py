@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
-from .nnet.py_factory import NonFiniteLoss
+from ..nnet.py_factory import NonFiniteLoss
+
+if TYPE_CHECKING:
+    from ..data.prefetch import Prefetcher
+    from ..nnet.py_factory import NetworkFactory
 
 # "skip" gives up when more than half of the last RECENT steps were skipped: the run is
 # diverging, not meeting the odd bad batch.
@@ -21,7 +25,7 @@ class TrainStep:
     the last RECENT steps were skipped.
     """
 
-    def __init__(self, nnet: Any, policy: str, log: Callable[[str], None],
+    def __init__(self, nnet: NetworkFactory, policy: str, log: Callable[[str], None],
                  skipped: int = 0) -> None:
         self.nnet, self.policy, self.log = nnet, policy, log
         self.skipped = skipped  # so far, the resumed run's included
@@ -55,7 +59,7 @@ class TrainStep:
         return result
 
 
-def validate(nnet: Any, data: Any, should_stop: Callable[[], bool]) -> float:
+def validate(nnet: NetworkFactory, data: Prefetcher, should_stop: Callable[[], bool]) -> float:
     """The loss of the next validation batch, with the network in eval mode meanwhile."""
     nnet.eval_mode()
     try:

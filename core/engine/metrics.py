@@ -33,19 +33,36 @@ def _number(value: Any) -> Any:
     return value
 
 
-def read_lines(path: Path) -> list[dict]:
-    """The complete lines of a metrics file; a line cut mid-write (a crash) is left out."""
-    lines = []
+def read_lines(path: Path, say: Callable[[str], None] | None = None) -> list[dict]:
+    """The records of a metrics file, in file order; [] when there is no file.
+
+    A line that is not a JSON object with an integer "iteration" (cut by a crash, or damaged:
+    a stray byte, a hand edit) is left out, and `say` is told once how many and where the
+    first is. A last line without its newline is still being written and is left out quietly.
+    """
     if not path.is_file():
-        return lines
-    for text in path.read_text().splitlines():
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
+        return []
+    chunks = path.read_bytes().split(b"\n")
+    lines, bad = [], []
+    for number, chunk in enumerate(chunks, start=1):
+        if not chunk.strip():
             continue
-        if isinstance(line, dict) and isinstance(line.get("iteration"), int):
+        try:
+            line = json.loads(chunk.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            line = None
+        if isinstance(line, dict) and _is_int(line.get("iteration")):
             lines.append(line)
+        elif number < len(chunks):
+            bad.append(number)
+    if bad and say is not None:
+        say(f"{path}: left out {len(bad)} damaged line{'s' if len(bad) > 1 else ''} (the "
+            f"first is line {bad[0]})")
     return lines
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class JsonlWriter:
@@ -55,10 +72,10 @@ class JsonlWriter:
     that then died) are dropped first, so every iteration appears once whatever the history.
     """
 
-    def __init__(self, path: Path, start: int) -> None:
+    def __init__(self, path: Path, start: int, say: Callable[[str], None] | None = None) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [line for line in read_lines(path) if line["iteration"] <= start]
+        kept = [line for line in read_lines(path, say) if line["iteration"] <= start]
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
         os.replace(tmp, path)
@@ -148,7 +165,7 @@ def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
     nothing)."""
     if not enabled:
         return Metrics([])
-    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start), BarWriter(bar)]
+    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start, log), BarWriter(bar)]
     board = tensorboard_writer(folder / "tb", start, log)
     if board is not None:
         writers.append(board)
@@ -203,11 +220,6 @@ class DataCounts:
 
 # The COCO numbers an evaluation during training puts into the metrics.
 EVAL_KEYS = ("AP", "AP50", "AP75", "APs", "APm", "APl")
-
-
-def due(iteration: int, every: int) -> bool:
-    """Whether a periodic action (display, validation) runs at `iteration`; 0 means never."""
-    return bool(every) and iteration % every == 0
 
 
 def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: Any,

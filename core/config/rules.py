@@ -8,23 +8,17 @@ instead of failing hours later or, worse, running on nonsense:
 - lists whose entries have a shape (`output_sizes` is a list of [height, width] pairs);
 - names used as path components (`snapshot_name`, the split keys) that must be plain names,
   so that nothing is written outside the configured folders;
-- `check_model_fit`: input and output sizes that the chosen model can produce;
-- `config_difference`: what differs between a snapshot's config and the current one in the
-  settings that decide whether its weights load.
+(input and output sizes that a model can produce are checked by `core.models.fit`).
 Every failure is a ConfigError with one line naming the key, the value and what to do.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
 import re
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config file or value is wrong; the message says where and what to do."""
-
+from ..errors import ConfigError
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -117,89 +111,3 @@ def check_db_rules(configs: dict, where: str) -> None:
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
             raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
                               f"string), got {paths}")
-
-
-# ------------------------------------------------------------------------------ model fit
-def _meta_model(model_name: str, categories: int) -> Any:
-    """The model with parameters on the meta device: shapes only, no memory, no compute."""
-    import torch
-
-    from core.nnet.py_factory import MODELS  # the registry; imported late, it pulls in torch
-
-    from .config import lookup
-
-    module = importlib.import_module(lookup(MODELS, model_name, "model"))
-    with torch.device("meta"):
-        return module.model(categories=categories)
-
-
-def _fitting_input(size: int, stride: int, multiple: int) -> list[int]:
-    """The input sizes nearest `size`, one below and one above, that the model can take,
-    in the original's form (511 for 128 output cells of stride 4)."""
-    below = max(multiple, (math.ceil(size / stride) // multiple) * multiple)
-    return sorted({below * stride - 1, (below + multiple) * stride - 1})
-
-
-def check_model_fit(model_name: str, db_configs: dict) -> None:
-    """Refuse input and output sizes the model `model_name` cannot produce.
-
-    The model's `pre` block downsamples the input by a stride (4 in CornerNet: 511 -> 128;
-    8 in Squeeze: 511 -> 64) and each of its hourglass's levels halves the map, so
-    input_size / stride (rounded up) must be a multiple of 2 ** levels; db.output_sizes[0]
-    must then be that map's size, and for attention models db.att_sizes the attention maps'.
-    Sizes are found by running the model on the meta device (about a second, no memory).
-    """
-    import torch
-
-    height, width = db_configs["input_size"]
-    model = _meta_model(model_name, db_configs["categories"])
-    with torch.no_grad():
-        levels = model.hg.hgs[0].n
-        multiple, probe = 2 ** levels, 2 ** (levels + 5)
-        stride = probe // model.hg.pre(torch.empty(1, 3, probe, probe, device="meta")).shape[-1]
-        for side, name in ((height, "height"), (width, "width")):
-            if math.ceil(side / stride) % multiple:
-                raise ConfigError(
-                    f"db.input_size {name} {side} does not fit model {model_name}: it "
-                    f"downsamples by {stride} and then halves {levels} times, so "
-                    f"input / {stride} (rounded up) must be a multiple of {multiple}; use "
-                    f"{' or '.join(map(str, _fitting_input(side, stride, multiple)))}")
-        try:
-            cnvs, merges = model.hg(torch.empty(1, 3, height, width, device="meta"))
-        except RuntimeError as err:
-            raise ConfigError(f"db.input_size {[height, width]} does not fit model "
-                              f"{model_name}: {err}") from None
-    produced = list(cnvs[-1].shape[-2:])
-    if db_configs["output_sizes"][0] != produced:
-        raise ConfigError(f"db.output_sizes[0] is {db_configs['output_sizes'][0]} but model "
-                          f"{model_name} turns input_size {[height, width]} into {produced} "
-                          f"(stride {stride}); set db.output_sizes to {[produced]}")
-    if model.with_att:
-        atts = [list(level.shape[-2:]) for level in merges[-1][model.up_start:]]
-        if db_configs["att_sizes"] != atts:
-            raise ConfigError(f"db.att_sizes is {db_configs['att_sizes']} but model "
-                              f"{model_name} makes attention maps of {atts} for input_size "
-                              f"{[height, width]}; set db.att_sizes to {atts}")
-
-
-# ------------------------------------------------------------------------ snapshot configs
-def _model_of(system: dict) -> str | None:
-    return system.get("model") or system.get("snapshot_name")
-
-
-def config_difference(saved: dict, current: dict) -> list[str]:
-    """What differs, in the settings that decide whether weights load, between a snapshot's
-    config `saved` and the run's `current` (both {"system": {...}, "db": {...}}).
-
-    Returns one readable line per difference, [] when the weights fit. Settings the snapshot
-    does not record are not compared.
-    """
-    differences = []
-    old, new = _model_of(saved.get("system", {})), _model_of(current.get("system", {}))
-    if old is not None and old != new:
-        differences.append(f"model: the snapshot holds {old}, this config builds {new}")
-    old, new = saved.get("db", {}).get("categories"), current.get("db", {}).get("categories")
-    if old is not None and old != new:
-        differences.append(f"db.categories: the snapshot was trained for {old} classes, this "
-                           f"config has {new}")
-    return differences

@@ -10,12 +10,17 @@ inside the next iteration's first collective.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.distributed as dist
 
-from .inference import DetectionRun, detect, score
+from ..inference import DetectionRun, detect, score
+from .schedule import due
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
+    from ..nnet.py_factory import NetworkFactory
 
 
 class Evaluator:
@@ -27,7 +32,7 @@ class Evaluator:
         rank, world, distributed: this process in the run.
     """
 
-    def __init__(self, system_config: Any, make_db: Callable[[], Any], rank: int, world: int,
+    def __init__(self, system_config: SystemConfig, make_db: Callable[[], Any], rank: int, world: int,
                  distributed: bool) -> None:
         self.system_config = system_config
         self.make_db = make_db
@@ -35,11 +40,9 @@ class Evaluator:
         self._db = None
 
     def due(self, iteration: int) -> bool:
-        every = self.system_config.eval_iter
-        return bool(every) and (iteration % every == 0
-                                or iteration == self.system_config.max_iter)
+        return due(iteration, self.system_config.eval_iter, self.system_config.max_iter)
 
-    def __call__(self, nnet: Any, iteration: int) -> dict[str, float] | None:
+    def __call__(self, nnet: NetworkFactory, iteration: int) -> dict[str, float] | None:
         """The COCO metrics of the current weights on rank 0 (None on the other ranks)."""
         if self._db is None:
             self._db = self.make_db()

@@ -17,7 +17,7 @@ class StopRequest:
         for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(signum, self._handle)
 
-    def _handle(self, signum: int, frame) -> None:
+    def _handle(self, signum: int, frame: object) -> None:
         if self.signum == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signum = signum

@@ -1,4 +1,9 @@
-"""Start the training processes of one node and end them together.
+"""Start the training processes of one node, run each, and end them together.
+
+`launch(args, train)` is train.py's main: it checks the run before any process starts
+(`preflight`), then runs `train` in this process, under torchrun, or in `--procs-per-node`
+spawned processes. `run_rank` is one process: it joins the process group, watches its peers,
+trains and turns a failure into one report (`core.engine.cli`).
 
 `spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
 processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
@@ -16,12 +21,27 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
 
 from __future__ import annotations
 
+import argparse
+import functools
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
 import sys
 from typing import Any, Callable
+
+import torch.distributed as dist
+from tqdm import tqdm
+
+from ..config import load_config
+from ..errors import ConfigError
+from ..utils import dist as dist_utils
+from ..utils.device import configure, distributed_kind, rank_device, resolve_device
+from .cli import USER_MISTAKES, describe, report, with_trace
+from .preflight import preflight
+
+# train(args, system_config, db_config, rank, world, device, distributed, watch) -> exit status
+Train = Callable[..., int]
 
 STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
@@ -104,3 +124,65 @@ def _cause(processes: list, failed: list, received: list[tuple[int, str]],
     proc = failed[0]
     return (f"error: rank {first_rank + processes.index(proc)} (pid {proc.pid}) exited with status "
             f"{proc.exitcode} without a report")
+
+
+def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace,
+             say: Callable[[str], None] | None = None) -> int:
+    """One training process: join the group if distributed, train, report a failure.
+
+    `say` receives the failure report (the launcher shows one report for the whole run);
+    without it the report is printed.
+    """
+    say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
+    rank, world, distributed, watch = 0, 1, args.distributed, None
+    try:
+        system_config, db_config = load_config(args.cfg_file, args.config_dir)
+        device = resolve_device(args.device) if not distributed else None
+        if distributed:
+            rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
+            device = rank_device(distributed_kind(args.device), local_rank)
+            dist_utils.init(args.dist_backend, url, world, rank, device)
+            watch = dist_utils.watch_peers(url, rank, world, say)
+        configure(device, system_config.deterministic, fixed_sizes=True)
+        return train(args, system_config, db_config, rank, world, device, distributed, watch)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
+        return 128 + signal.SIGINT
+    except Exception as err:  # noqa: BLE001 - every failure becomes one report
+        status, text = describe(err)
+        text = with_trace(err, text)
+        cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
+        if cause:  # a peer failed first and said why: that is the story, not the broken pipe
+            text = f"stopping because {cause}"
+        say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
+        if watch is not None:
+            watch.report(text)
+        return status
+    finally:
+        if watch is not None:
+            watch.close()
+        dist_utils.cleanup()
+
+
+def launch(args: argparse.Namespace, train: Train) -> int:
+    """Check the run, then train in this process, under torchrun, or in spawned processes."""
+    if dist_utils.launched_by_torchrun():
+        args.distributed = True  # torchrun's processes are one run, never independent copies
+        return run_rank(train, 0, 1, args)
+    try:
+        if not args.distributed:  # the run itself reads the data next, in one line on error
+            args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
+            preflight(args, 1, data=False)
+            return run_rank(train, 0, 1, args)
+        if args.world_size < 1:
+            raise ConfigError("--distributed needs --world-size (the number of nodes)")
+        procs = dist_utils.procs_per_node(args.procs_per_node,
+                                          gpus=distributed_kind(args.device) == "cuda")
+        if args.dist_url is None:
+            if args.world_size > 1:
+                raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "
+                                  "one node")
+            args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
+        preflight(args, procs)
+    except USER_MISTAKES as err:
+        return report(err)
+    return spawn(functools.partial(run_rank, train), procs, args, first_rank=args.rank * procs)

@@ -20,14 +20,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from .chunks import Deal, rank_config
-from .config import ConfigError
+from ..errors import ConfigError
+from ..utils.files import format_bytes
+from .chunks import Deal
 from .prefetch import Prefetcher
+from .ring import probe_batch
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 PHASES = ("read", "augment", "queue")
 
@@ -58,7 +63,7 @@ class TimedSample:
         self.sample = sample
         self._last_end: float | None = None
 
-    def __call__(self, system_config: Any, db: Any, k_ind: int,
+    def __call__(self, system_config: SystemConfig, db: Any, k_ind: int,
                  data_aug: bool = True) -> tuple[dict, int]:
         if not isinstance(db.read_image, _ReadTimer):
             db.read_image = _ReadTimer(db.read_image)
@@ -155,7 +160,7 @@ class DryRun:
                  (f"images/s: {self.images_per_s:.1f} overall (first batch after "
                   f"{self.first_s:.2f} s){after}"),
                  f"per worker, images/s while building: {rates}",
-                 (f"bytes per image crossing processes: {_size(self.bytes_per_image)} (a ring "
+                 (f"bytes per image crossing processes: {format_bytes(self.bytes_per_image)} (a ring "
                   f"slot of {self.slot_bytes:,} bytes holds {self.batch_images} images)"),
                  (f"worker time: reading {shares['read']:.1%}, augmenting "
                   f"{shares['augment']:.1%}, queueing {shares['queue']:.1%}")]
@@ -165,20 +170,20 @@ class DryRun:
         return "\n".join(lines)
 
 
-def dry_run(system_config: Any, make_db: Callable[[], Any], sample: Callable, share: Deal,
+def dry_run(system_config: SystemConfig, make_db: Callable[[], Any], sample: Callable, share: Deal,
             workers: int, batches: int, device: torch.device | None = None) -> DryRun:
     """Take `batches` training batches through the prefetch path, as train.py builds it.
 
     Args:
         system_config: the run's config; make_db, sample: as for `Prefetcher`.
-        share: this rank's chunks (`core.chunks.deal`); workers: prefetch processes.
+        share: this rank's chunks (`core.data.chunks.deal`); workers: prefetch processes.
         device: where batches would go (on CUDA they are staged in pinned memory).
     """
     if batches < 1:
         raise ConfigError(f"--dry-run needs at least 1 batch, got {batches}")
     db = make_db()  # the probe that sizes the ring, built as train.py builds it
     db.set_rng(np.random.default_rng(system_config.seed))
-    probe, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+    probe = probe_batch(system_config, db, sample, share)
     seconds = {phase: [0.0] * workers for phase in PHASES}
     worker_images, waits = [0] * workers, []
     began = time.perf_counter()
@@ -200,11 +205,3 @@ def dry_run(system_config: Any, make_db: Callable[[], Any], sample: Callable, sh
                   wall_s=arrived - began, waits_s=waits, worker_images=worker_images,
                   seconds=seconds)
 
-
-def _size(count: float) -> str:
-    """A byte count for people: 812 bytes, 40.5 kB, 1.23 MB."""
-    if count >= 1e6:
-        return f"{count / 1e6:.2f} MB"
-    if count >= 1e3:
-        return f"{count / 1e3:.1f} kB"
-    return f"{count:.0f} bytes"

@@ -17,9 +17,12 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from .config import ConfigError
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def global_chunks(batch_size: int, chunk_sizes: list[int] | None,
     return sizes, note
 
 
-def deal(system_config: Any, rank: int, world: int) -> Deal:
+def deal(system_config: SystemConfig, rank: int, world: int) -> Deal:
     """This process's share: the chunks of the global batch dealt in order to `world` ranks."""
     sizes, note = global_chunks(system_config.batch_size, system_config.chunk_sizes, world)
     counts = even_split(len(sizes), world)
@@ -116,12 +119,18 @@ def deal(system_config: Any, rank: int, world: int) -> Deal:
                 count=counts[rank], note=note)
 
 
-def rank_config(system_config: Any, share: Deal) -> Any:
+def with_batch_size(system_config: SystemConfig, size: int,
+                    chunks: list[int] | None = None) -> SystemConfig:
+    """A copy of the config whose batch_size is `size` (cut into `chunks`, or one chunk)."""
+    local = copy.deepcopy(system_config)
+    local.full["batch_size"] = size
+    local.full["chunk_sizes"] = chunks
+    return local
+
+
+def rank_config(system_config: SystemConfig, share: Deal) -> SystemConfig:
     """A copy of the config whose batch_size and chunk_sizes are this process's share.
 
     This is what the sampler sees when it builds this process's part of a batch.
     """
-    local = copy.deepcopy(system_config)
-    local.full["batch_size"] = share.local_batch
-    local.full["chunk_sizes"] = share.mine
-    return local
+    return with_batch_size(system_config, share.local_batch, share.mine)

@@ -3,7 +3,7 @@
 One `Prefetcher` serves one stream of batches (training or validation) for one rank:
 
 - W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`,
-  chunk by chunk (`core.chunks`): chunk j of global batch n holds the images at stream positions
+  chunk by chunk (`core.data.chunks`): chunk j of global batch n holds the images at stream positions
   `n * B + offset_j ...` of an epoch permutation seeded from (seed, epoch), and draws from a
   generator seeded from (seed, stream, n, j). A batch is therefore a pure function of the seed
   and its number: exact resume is "start at batch N", no two workers or ranks ever draw the same
@@ -22,8 +22,6 @@ One `Prefetcher` serves one stream of batches (training or validation) for one r
 
 from __future__ import annotations
 
-import copy
-import math
 import multiprocessing as mp
 import os
 import queue
@@ -31,97 +29,28 @@ import signal
 import threading
 import time
 import traceback
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
-from .chunks import Deal
-from .config import ConfigError
-from .utils.device import resolve_device
+from ..errors import ConfigError, Stopped
+from ..utils.device import resolve_device
+from ..utils.procs import is_alive, process_identity
+from .chunks import Deal, with_batch_size
+from .ring import ring_slots
+from .stream import batch_rng, stream_indices
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 POLL_S = 0.2
 SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
 STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
-STREAMS = {"train": 0, "val": 1}
 
 
 class WorkerError(RuntimeError):
     """A prefetch worker failed; the message carries its traceback or exit status."""
-
-
-class Stopped(Exception):
-    """Raised inside the trainer's waits when a stop was requested (signal)."""
-
-
-def batch_rng(seed: int, stream: str, number: int, chunk: int) -> np.random.Generator:
-    """The generator that builds chunk `chunk` (counted over the global batch) of `number`."""
-    return np.random.default_rng([seed, STREAMS[stream], number, chunk])
-
-
-def stream_indices(seed: int, start: int, count: int, length: int, shuffle: bool,
-                   cache: dict) -> np.ndarray:
-    """Dataset indices at stream positions [start, start + count).
-
-    The stream is a sequence of epochs, each a permutation of the `length` images seeded from
-    (seed, epoch) (the identity without `shuffle`), identical in every process, so chunks at
-    disjoint positions read disjoint images within an epoch. `cache` keeps recent permutations.
-    """
-    positions = np.arange(start, start + count)
-    out = np.empty(positions.size, dtype=np.int64)
-    for epoch in np.unique(positions // length):
-        if epoch not in cache:
-            if len(cache) > 4:
-                cache.clear()
-            cache[epoch] = (np.random.default_rng([seed, int(epoch)]).permutation(length)
-                            if shuffle else np.arange(length))
-        here = positions // length == epoch
-        out[here] = cache[epoch][positions[here] % length]
-    return out
-
-
-def process_identity(pid: int) -> tuple[int, str]:
-    """(pid, start time): tells a process apart from a later one that reuses its pid."""
-    fields = _proc_stat(pid)
-    return pid, fields[19] if len(fields) > 19 else ""
-
-
-def is_alive(identity: tuple[int, str]) -> bool:
-    """Whether the process `identity` (from `process_identity`) still runs (a zombie does not)."""
-    pid, started = identity
-    if started:
-        fields = _proc_stat(pid)
-        return len(fields) > 19 and fields[19] == started and fields[0] != "Z"
-    try:  # no /proc: the pid alone
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _proc_stat(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the command name (state first); [] if none."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
-def ring_slots(prefetch_size: int, workers: int, stream: str) -> int:
-    """Shared-memory batch slots per worker.
-
-    Two let a worker build its next batch while its last one is copied out; with one it waits
-    for every hand-over (bench/README.md). Each worker's pipeline also holds two finished
-    batches outside shared memory (the one its pin thread hands over and the one in its staged
-    queue), so `prefetch_size` batches ahead take ceil(prefetch_size / workers) - 2 slots.
-    Validation takes one batch every val_iter iterations: two slots are always enough there.
-    """
-    if stream == "val":
-        return 2
-    return max(2, math.ceil(prefetch_size / workers) - 2)
 
 
 def _arrays(batch: dict) -> dict[str, np.ndarray]:
@@ -141,7 +70,7 @@ class _PathRecorder:
         return self._read(ind)
 
 
-def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, share: Deal,
+def _worker(make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig, share: Deal,
             data_aug: bool, stream: str, worker: int, workers: int, start: int,
             ring: dict[str, torch.Tensor], slots: list[int], out_queue: mp.Queue,
             free_queue: mp.Queue, stop: mp.Event, trainer: tuple[int, str]) -> None:
@@ -159,7 +88,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: Any, sh
         views = {key: tensor.numpy() for key, tensor in ring.items()}
         seed, perms, length = system_config.seed, {}, len(db.db_inds)
         spare = min(length, SPARE)
-        chunk_configs = {n: _with_batch_size(system_config, n) for n in set(share.mine)}
+        chunk_configs = {n: with_batch_size(system_config, n) for n in set(share.mine)}
         offsets = share.offsets
         free = list(slots)
         number = start + (worker - start) % workers  # the first n >= start with n % W == w
@@ -206,7 +135,7 @@ def _context() -> mp.context.BaseContext:
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["core.prefetch", "core.sample", "core.dbs", "cv2"])
+    ctx.set_forkserver_preload(["core.data.prefetch", "core.sample", "core.dbs", "cv2"])
     return ctx
 
 
@@ -219,12 +148,12 @@ class Prefetcher:
         system_config: the run's config (seed, prefetch_size); chunk sizes come from `share`.
         probe: one batch of this rank's size (`share.local_batch`) built by the trainer; its
             array shapes size the shared ring.
-        share: this rank's chunks of every global batch (`core.chunks.deal`).
+        share: this rank's chunks of every global batch (`core.data.chunks.deal`).
         start: number of the first batch to deliver (the data position to resume from).
         device: where the batches go; on CUDA they are staged in pinned memory.
     """
 
-    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: Any,
+    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig,
                  probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
                  start: int = 0, device: torch.device | str | None = None) -> None:
         if workers < 1:
@@ -370,10 +299,3 @@ def _exit_status(code: int | None) -> str:
     if code < 0:
         return f"signal {signal.Signals(-code).name}"
     return f"exit code {code}"
-
-
-def _with_batch_size(system_config: Any, size: int) -> Any:
-    local = copy.deepcopy(system_config)
-    local.full["batch_size"] = size
-    local.full["chunk_sizes"] = None
-    return local

@@ -8,16 +8,16 @@ current directory, so `train.py` and `test.py` behave the same from anywhere.
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .config_rules import NAME, ConfigError, check_db_rules, check_finite, check_system_rules
+from ..errors import ConfigError, closest
+from .rules import NAME, check_db_rules, check_finite, check_system_rules
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = PROJECT_ROOT / "configs"
 
 _NUMBER = (int, float)
@@ -133,23 +133,6 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "num_train_images": (2000, (int,), False),
     "num_val_images": (200, (int,), False),
 }
-
-
-def closest(key: str, valid: list[str] | tuple[str, ...]) -> str:
-    """A hint naming the closest valid name, or listing them all when nothing is close."""
-    match = difflib.get_close_matches(key, list(valid), n=1, cutoff=0.5)
-    if match:
-        return f"did you mean '{match[0]}'?"
-    return "valid: " + ", ".join(sorted(valid))
-
-
-def lookup(registry: dict[str, Any], name: str, what: str) -> Any:
-    """`registry[name]`, or a ConfigError that lists the valid names."""
-    if name not in registry:
-        raise ConfigError(
-            f"unknown {what} '{name}'; valid {what} names: {', '.join(sorted(registry))}"
-        )
-    return registry[name]
 
 
 def _type_name(types: tuple[type, ...], nullable: bool) -> str:

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from .utils.dist import check_ranks_agree
+from ..utils.dist import check_ranks_agree
+from .schedule import due
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
+    from ..nnet.py_factory import NetworkFactory
 
 
-def numbered(system_config: Any) -> dict[int, Path]:
+def numbered(system_config: SystemConfig) -> dict[int, Path]:
     """Iteration -> path of every numbered snapshot of the run, oldest first."""
     pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(\d+)\.pkl")
     found = {}
@@ -28,7 +33,7 @@ def numbered(system_config: Any) -> dict[int, Path]:
     return dict(sorted(found.items()))
 
 
-def latest(system_config: Any, log: Callable[[str], None]) -> int:
+def latest(system_config: SystemConfig, log: Callable[[str], None]) -> int:
     """The iteration of the newest snapshot that loads; 0 (said) when there is none.
 
     A damaged newer snapshot (a crash mid-copy, a full disk) is named and passed over.
@@ -44,7 +49,7 @@ def latest(system_config: Any, log: Callable[[str], None]) -> int:
     return 0
 
 
-def prune(system_config: Any, keep: int | None) -> list[Path]:
+def prune(system_config: SystemConfig, keep: int | None) -> list[Path]:
     """Delete all but the `keep` newest numbered snapshots (None keeps all); returns the
     deleted paths. The best snapshot is a separate file and is never deleted."""
     if keep is None:
@@ -89,15 +94,14 @@ class Saver:
         log: rank 0's log.
     """
 
-    def __init__(self, nnet: Any, system_config: Any, rank: int, distributed: bool,
+    def __init__(self, nnet: NetworkFactory, system_config: SystemConfig, rank: int, distributed: bool,
                  state: Callable[[int], dict], log: Callable[[str], None]) -> None:
         self.nnet, self.system_config = nnet, system_config
         self.rank, self.distributed = rank, distributed
         self.state, self.log = state, log
 
     def due(self, iteration: int) -> bool:
-        return (iteration % self.system_config.snapshot == 0
-                or iteration == self.system_config.max_iter)
+        return due(iteration, self.system_config.snapshot, self.system_config.max_iter)
 
     def save(self, iteration: int) -> None:
         if self.distributed:

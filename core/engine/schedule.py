@@ -1,15 +1,18 @@
-"""The learning rate as a pure function of the iteration: linear warm-up into step decay.
+"""What happens at an iteration: the learning rate, and which periodic actions are due.
 
-Being a function of the iteration alone (no scheduler state), it needs nothing in a snapshot
-and a resumed run gets exactly the rates of an uninterrupted one.
+Both are pure functions of the iteration: no scheduler state, nothing in a snapshot, and a
+resumed run gets exactly the rates and the actions of an uninterrupted one.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..config import SystemConfig
 
 
-def learning_rate_at(iteration: int, system_config: Any) -> float:
+def learning_rate_at(iteration: int, system_config: SystemConfig) -> float:
     """The learning rate of iteration `iteration` (1-based).
 
     Step decay as the original: `learning_rate / decay_rate ** ((i - 1) // stepsize)`. During the
@@ -24,3 +27,9 @@ def learning_rate_at(iteration: int, system_config: Any) -> float:
         factor = system_config.warmup_factor
         rate *= factor + (1 - factor) * (iteration - 1) / warmup
     return rate
+
+
+def due(iteration: int, every: int, last: int | None = None) -> bool:
+    """Whether a periodic action runs at `iteration`: every `every` iterations (0: never), and
+    at `last` when given (snapshots and evaluations also run at the last iteration)."""
+    return bool(every) and (iteration % every == 0 or iteration == last)

@@ -1,0 +1,19 @@
+"""Configs: `load_config(name)` reads configs/<name>.json into a SystemConfig and a db dict.
+
+`system` holds the keys, their types and the folders (`SystemConfig`, `load_config`); `rules`
+holds what the values must mean. The names below are the public ones, as they always were.
+"""
+
+from ..errors import ConfigError, closest, lookup
+from .system import (
+    CONFIG_DIR,
+    PROJECT_ROOT,
+    SystemConfig,
+    check_db_config,
+    config_path,
+    load_config,
+    read_json,
+)
+
+__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "SystemConfig", "check_db_config",
+           "closest", "config_path", "load_config", "lookup", "read_json"]

@@ -1,0 +1,158 @@
+"""Building one rank's training run: its share of the batch, its network (resumed, pretrained
+or new), the data sources, the probe batch, and the bookkeeping the loop carries.
+
+`build` checks what it touches as it goes (an unwritable or full cache, a missing evaluator, a
+snapshot of another config) so that these are found before the first iteration, not at the first
+snapshot; `data_only` is `--dry-run`: the data path alone, no model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import pprint
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+
+from ..config import SystemConfig
+from ..data.chunks import Deal, deal
+from ..data.dry_run import dry_run
+from ..data.ring import probe_batch
+from ..dbs import datasets
+from ..errors import lookup
+from ..inference.coco_eval import require_backend
+from ..nnet.py_factory import NetworkFactory
+from ..sample import data_sampling_func
+from ..utils import dist as dist_utils
+from ..utils.device import resolve_device
+from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_files, snapshot_bytes
+from . import snapshots
+from .metrics import DataCounts
+from .steps import TrainStep
+
+if TYPE_CHECKING:
+    from ..dbs.detection import DETECTION
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    """What the training loop of one rank works with.
+
+    `start` is the iteration resumed from (0: a fresh start); `probe` is one batch of this
+    rank's share (None with --initialize), whose shapes size the prefetch ring.
+    """
+
+    system_config: SystemConfig
+    nnet: NetworkFactory
+    share: Deal
+    world: int
+    start: int
+    sample: Callable
+    probe: dict | None
+    make_train_db: Callable[[], Any]
+    make_val_db: Callable[[], Any]
+    best: snapshots.Best
+    step: TrainStep
+    counts: DataCounts
+
+    def state(self, iteration: int) -> dict:
+        """The training state a snapshot of `iteration` stores beside the weights."""
+        return {"best": self.best.record,
+                "counts": {**self.counts.values(), "skipped_steps": self.step.skipped},
+                "data": {"next_batch": iteration, "world_size": self.world,
+                         "batch_size": self.system_config.batch_size,
+                         "chunks": list(self.share.sizes)}}
+
+
+def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
+              rank: int, world: int, device: torch.device | str | None, log: Log) -> int:
+    """--dry-run N: N batches through the prefetch path and its figures; no model, no files."""
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    make_db = functools.partial(dataset, db_config, split=system_config.train_split,
+                                sys_config=system_config)
+    where = resolve_device(device)
+    log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
+                args.dry_run, device=where).report())
+    return 0
+
+
+def _check_storage(system_config: SystemConfig, log: Log) -> None:
+    """Rank 0: an unwritable cache, a missing evaluator or results folder now, not later."""
+    probe_writable(system_config.snapshot_dir, "system.cache_dir")
+    if system_config.eval_iter:
+        require_backend("faster")
+        probe_writable(system_config.result_dir, "system.result_dir")
+    for path in remove_stale_temp_files(system_config.snapshot_dir):
+        log(f"removed {path.name}, left by an interrupted snapshot write")
+
+
+def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory, share: Deal,
+              world: int, log: Log) -> None:
+    log("system config:\n" + pprint.pformat(system_config.full))
+    log("db config:\n" + pprint.pformat(training_db.configs))
+    log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
+        f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
+        f"rank 0 runs {share.mine}")
+    if share.note:
+        log(f"note: {share.note}")
+    if nnet.frozen:
+        log(f"frozen: {len(nnet.frozen)} parameter tensors under {system_config.freeze}")
+
+
+def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: NetworkFactory,
+            share: Deal, rank: int, distributed: bool, log: Log) -> tuple[int, dict]:
+    """(the iteration resumed from, its snapshot), or (0, {}) for a fresh start, which loads
+    `system.pretrain` when set."""
+    start = int(args.start_iter) if args.start_iter != "latest" else dist_utils.from_rank0(
+        snapshots.latest(system_config, log) if rank == 0 else None, distributed)
+    resumed: dict = {}
+    if start:
+        resumed = nnet.load_params(start)
+        before = resumed.get("data", {}).get("chunks", list(share.sizes))
+        if before != list(share.sizes):
+            log(f"note: snapshot {start} was trained with the chunks {before}, this run uses "
+                f"{list(share.sizes)}: the data and the objective after it differ from an "
+                f"uninterrupted run")
+        log(f"continuing from snapshot {start}")
+    elif system_config.pretrain and not args.initialize:
+        nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
+    if rank == 0:
+        snapshots.drop_later_best(system_config.snapshot_file("best"), start, log)
+    return start, resumed
+
+
+def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
+          world: int, device: torch.device | str | None, distributed: bool, log: Log) -> Run:
+    """This rank's run, resumed from `args.start_iter` when it names a snapshot."""
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    make_db = functools.partial(dataset, db_config, sys_config=system_config)
+    if rank == 0:
+        _check_storage(system_config, log)
+    training_db = make_db(split=system_config.train_split)
+    share = deal(system_config, rank, world)
+    torch.manual_seed(system_config.seed)
+    nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
+                          share=share)
+    if rank == 0:
+        params = sum(p.numel() for p in nnet.model.parameters())
+        check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
+    _describe(system_config, training_db, nnet, share, world, log)
+    start, resumed = _resume(args, system_config, nnet, share, rank, distributed, log)
+    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    training_db.set_rng(np.random.default_rng(system_config.seed))
+    probe = None if args.initialize else probe_batch(system_config, training_db, sample, share)
+    counts = resumed.get("counts", {})
+    return Run(
+        system_config=system_config, nnet=nnet, share=share, world=world, start=start,
+        sample=sample, probe=probe,
+        make_train_db=functools.partial(make_db, split=system_config.train_split),
+        make_val_db=functools.partial(make_db, split=system_config.val_split),
+        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
+        step=TrainStep(nnet, system_config.nonfinite_loss, log, counts.get("skipped_steps", 0)),
+        counts=DataCounts(log, counts))

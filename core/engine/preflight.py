@@ -1,0 +1,35 @@
+"""Mistakes found before any training process starts, each in one line (exit 2).
+
+The settings, the deal of the batch to every process, what the device can run, sizes the model
+cannot take, /dev/shm for the prefetch rings of this node and (with `data`) the training split.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import load_config
+from ..data.chunks import deal
+from ..data.ring import shm_need
+from ..dbs import datasets
+from ..errors import lookup
+from ..models.fit import check_model_fit
+from ..nnet.py_factory import check_runtime
+from ..utils.device import distributed_kind, resolve_device
+from ..utils.files import check_shm
+
+
+def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
+    """Raise the first mistake of the run `args` would start with `procs` processes a node."""
+    system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    world = max(args.world_size, 1) * procs
+    shares = [deal(system_config, rank, world) for rank in range(world)]
+    check_runtime(system_config, resolve_device(
+        distributed_kind(args.device) if args.distributed else args.device))
+    check_model_fit(system_config.model or system_config.snapshot_name, db_config)
+    node = shares[args.rank * procs:(args.rank + 1) * procs]
+    check_shm(shm_need(system_config, db_config, args.workers,
+                       batch_size=sum(share.local_batch for share in node)))
+    if data:
+        dataset = lookup(datasets, system_config.dataset, "dataset")
+        dataset(db_config, split=system_config.train_split, sys_config=system_config)

@@ -1,0 +1,61 @@
+"""Every script in bench/ and tools/ runs to its end with its smallest settings, so that a rename
+or a stricter rule in core/ cannot break one silently (bench_test.py once stopped on a config the
+rules had come to refuse)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests._tiny_coco import ROOT, script_env
+
+pytestmark = pytest.mark.slow
+
+# script, arguments, a line of its output that says it got to its figures
+RUNS = {
+    "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
+                     "CornerNet_Tiny     cpu fwd+bwd 128x128"),
+    "bench_prefetch": (["--batches", "2", "--batch-size", "2", "--tiny-iters", "2"],
+                       "CornerNet_Tiny CPU training (2 iterations)"),
+    "bench_ring": (["--batches", "2", "--batch-size", "2", "--repeats", "1", "--build-ms", "1"],
+                   "images/s"),
+    "bench_sampler": (["--batches", "1", "--batch", "2"], "CornerNet_Saccade"),
+    "bench_shapes_generation": (["--train", "4", "--val", "2"], "generated 6 images"),
+    "bench_test": (["--images", "2", "--repeats", "1"], "test.py CornerNet_Tiny on CPU"),
+    "bench_train": (["--tiny", "--configs", "CornerNet_Squeeze", "--modes", "fp32", "--workers",
+                     "1", "--iters", "1", "--device", "cpu"], "one step of 2 images"),
+}
+
+
+def run_script(path, *args):
+    return subprocess.run([sys.executable, str(path), *args], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT, env=script_env(OMP_NUM_THREADS="2"),
+                          check=False)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_bench_script_runs_to_its_figures(name, coco128):
+    args, says = RUNS[name]
+    done = run_script(ROOT / "bench" / f"{name}.py", *args)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    assert says in done.stdout, done.stdout[-2000:]
+
+
+def test_plot_metrics_draws_a_metrics_file(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"iteration": i, "loss": 2.0 / i, "focal": 1.0 / i,
+                                        "terms": ["focal"], "lr": 0.001}) + "\n"
+                            for i in range(1, 6)))
+    done = run_script(ROOT / "tools" / "plot_metrics.py", path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "metrics.png").stat().st_size > 0
+
+
+def test_every_script_of_bench_and_tools_is_covered():
+    covered = {f"bench/{name}.py" for name in RUNS} | {"tools/plot_metrics.py"}
+    found = {str(p.relative_to(ROOT)) for folder in ("bench", "tools")
+             for p in (ROOT / folder).glob("*.py") if not p.name.startswith("_")}
+    assert found == covered, f"a script without a smoke run: {sorted(found - covered)}"

@@ -1,0 +1,61 @@
+"""core.engine.snapshots: the newest snapshot that loads, pruning, the best snapshot and its
+history."""
+
+from __future__ import annotations
+
+from core.engine.snapshots import Best, drop_later_best, latest, numbered, prune
+from tests.test_precision import factory, tiny_config
+
+
+def snapshot_config(tmp_path):
+    return tiny_config(tmp_path)
+
+
+def test_latest_passes_over_a_damaged_newest_snapshot(tmp_path, tiny_db):
+    nnet = factory(tmp_path, tiny_db)
+    for it in (2, 4, 6):
+        nnet.save_params(it)
+    nnet.system_config.snapshot_file(6).write_bytes(b"torn")
+    said = []
+    assert latest(nnet.system_config, said.append) == 4
+    assert any("P_6.pkl" in line and "does not load" in line for line in said)
+
+
+def test_latest_without_snapshots_starts_from_scratch_and_says_so(tmp_path):
+    said = []
+    assert latest(snapshot_config(tmp_path), said.append) == 0
+    assert "starting from scratch" in said[0]
+
+
+def test_pruning_keeps_the_newest_and_never_the_best_file(tmp_path, tiny_db):
+    nnet = factory(tmp_path, tiny_db)
+    for it in (1, 2, 3, 4):
+        nnet.save_params(it)
+    best = Best(nnet.system_config.snapshot_file("best"), None)
+    best.update(1, 0.3, lambda path: nnet.save_params(1, {"best": best.record}, path=path))
+    removed = prune(nnet.system_config, keep=2)
+    assert [p.name for p in removed] == ["P_1.pkl", "P_2.pkl"]
+    assert list(numbered(nnet.system_config)) == [3, 4]
+    assert best.path.is_file()
+    assert prune(nnet.system_config, keep=None) == []
+
+
+def test_best_is_replaced_only_by_a_higher_ap():
+    saved = []
+    best = Best(path=None, record=None)
+    assert best.update(5, 0.2, saved.append)
+    assert not best.update(10, 0.1, saved.append)
+    assert not best.update(15, 0.2, saved.append)
+    assert best.update(20, 0.4, saved.append)
+    assert best.record == {"iteration": 20, "AP": 0.4} and len(saved) == 2
+
+
+def test_a_best_snapshot_from_after_the_resumed_iteration_is_removed(tmp_path, tiny_db):
+    nnet = factory(tmp_path, tiny_db)
+    path = nnet.system_config.snapshot_file("best")
+    nnet.save_params(8, {"best": {"iteration": 8, "AP": 0.5}}, path=path)
+    said = []
+    drop_later_best(path, 10, said.append)
+    assert path.is_file() and not said
+    drop_later_best(path, 6, said.append)
+    assert not path.exists() and "P_best.pkl" in said[0]
