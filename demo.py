@@ -15,8 +15,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
 from core.engine.cli import run_cli
@@ -37,7 +35,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="image files, or folders whose files are taken")
     parser.add_argument("--out", type=Path, required=True, help="folder for the pictures")
     parser.add_argument("--thresh", type=float, default=0.5, help="draw boxes scoring above it")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser.parse_args(argv)

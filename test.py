@@ -75,7 +75,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--debug", action="store_true",
                         help="the first --debug-images images with pictures, and tracebacks")
     parser.add_argument("--debug-images", type=int, default=20)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--backend", choices=BACKENDS, default="faster",
                         help="COCO evaluator (pycocotools is the reference)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)

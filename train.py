@@ -61,7 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dry-run", default=0, type=int, metavar="N",
                         help="only take N batches through the data path, print its figures "
                              "(images/s, bytes per image, reading/augmenting/queueing) and exit")
-    parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: the current GPU, else cpu); under "
+                             "--distributed only cuda or cpu: rank r takes cuda:<local rank r>")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
     return parser.parse_args(argv)

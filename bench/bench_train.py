@@ -4,11 +4,13 @@ the step time goes.
     python bench/bench_train.py                       # GPU: CornerNet_Squeeze and CornerNet
     python bench/bench_train.py --tiny                # CPU: small inputs, few iterations
 
-For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile)
-and prefetch worker count, a NetworkFactory trains on ../shared/data/coco128 (the COCO dataset
-class, real augmentation) fed by core.data.prefetch exactly as train.py feeds it, one process, the
+For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile,
+fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkFactory trains on
+../shared/data/coco128 (the COCO dataset class, real augmentation) fed by core.data.prefetch
+exactly as train.py feeds it, one process, the
 config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
-of wall time spent waiting for the next batch, peak GPU memory. Then, for the fastest mode, one
+of wall time spent waiting for the next batch, peak GPU memory (a row that runs out of memory
+says so and the next row runs). Then, for the fastest mode, one
 batch's step split into host-to-device copy, target rendering + image normalisation, forward +
 loss, backward and optimizer step (each timed with the device synchronised), which says what
 limits the trainer when data wait is near zero.
@@ -38,10 +40,12 @@ from core.nnet.parallel import split_batch
 from core.nnet.py_factory import NetworkFactory
 from core.sample import data_sampling_func
 from core.sample.render import render_targets
+from core.utils.device import configure, resolve_device
 
 MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
          "bf16+cl": {"amp": "bf16", "channels_last": True},
-         "bf16+cl+compile": {"amp": "bf16", "channels_last": True, "compile": True}}
+         "bf16+cl+compile": {"amp": "bf16", "channels_last": True, "compile": True},
+         "fp32+det": {"deterministic": True}}
 
 
 def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None):
@@ -70,8 +74,9 @@ def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> d
     db.set_rng(np.random.default_rng(0))
     sample = data_sampling_func[system_config.sampling_function]
     probe = probe_batch(system_config, db, sample, share)
+    configure(device, system_config.deterministic, fixed_sizes=True)
     torch.manual_seed(0)
-    nnet = NetworkFactory(system_config, db, device=device)
+    nnet = NetworkFactory(system_config, db, device=device, share=share)
     nnet.train_mode()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -127,7 +132,7 @@ def breakdown(nnet: NetworkFactory, batch: dict, reps: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["CornerNet_Squeeze", "CornerNet"])
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES))
+    parser.add_argument("--modes", nargs="+", default=list(MODES)[:4], choices=list(MODES))
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--batch", type=int, default=32, help="per-process batch")
     parser.add_argument("--chunks", type=int, default=1, help="chunks the batch is cut into")
@@ -135,16 +140,19 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--input-size", type=int, default=None,
                         help="square input side instead of the config's (e.g. 255)")
+    parser.add_argument("--no-breakdown", action="store_true",
+                        help="only the rows, not the step of the fastest mode split into parts")
     parser.add_argument("--tiny", action="store_true",
                         help="CPU settings: input 127, batch 2, 3 iterations, workers 1 2")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", default=None,
+                        help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     args = parser.parse_args()
     if args.tiny:
         args.input_size, args.batch, args.iters, args.warmup = 127, 2, 3, 1
         args.workers = [w for w in args.workers if w <= 2]
     if not COCO128.is_dir():
         sys.exit(f"coco128 not found at {COCO128}")
-    device = torch.device(args.device)
+    device = resolve_device(args.device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "none"
     print(f"device {device} ({gpu}), torch {torch.__version__}, {torch.get_num_threads()} "
           f"threads, {os.cpu_count()} CPUs; batch {args.batch} in {args.chunks} chunk(s), "
@@ -157,11 +165,21 @@ def main() -> None:
             if mode.endswith("compile") and device.type == "cpu" and not args.tiny:
                 continue
             for workers in args.workers:
-                row = run_row(name, mode, workers, args, device)
+                try:
+                    row = run_row(name, mode, workers, args, device)
+                except torch.OutOfMemoryError:
+                    print(f"{name:18s} {mode:16s} {workers:7d} out of memory at batch "
+                          f"{args.batch}", flush=True)
+                    torch.cuda.empty_cache()
+                    continue
                 print(f"{name:18s} {mode:16s} {workers:7d} {row['images/s']:9.1f} "
                       f"{100 * row['wait']:8.1f}% {row['peak']:8.2f}", flush=True)
                 if best is None or row["images/s"] > best[1]["images/s"]:
                     best = (mode, row)
+                else:
+                    del row
+        if best is None or args.no_breakdown:
+            continue
         mode, row = best
         parts = breakdown(row["nnet"], row["batch"], reps=3)
         total = sum(parts.values())

@@ -48,9 +48,12 @@ def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path |
     return folder
 
 
-def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str) -> list[str]:
+def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str,
+              device: str = "cpu") -> list[str]:
+    """train.py on `device`: the CPU unless a test says otherwise, so that the CPU tests train
+    on the CPU on a machine with GPUs too (and its --distributed runs are gloo processes)."""
     return [sys.executable, str(REPO / "train.py"), name, "--config-dir", str(config_dir),
-            "--workers", "2", *extra]
+            "--workers", "2", "--device", device, *extra]
 
 
 def run_train(config_dir: Path, *extra: str, name: str = "Tiny128", timeout: float = 240,

@@ -119,3 +119,19 @@ def test_corner_module_pools_the_sum_of_two_directions():
     r = x.relu()
     expected = (TopPool()(r) + LeftPool()(r) + x).relu()
     assert torch.allclose(module(x), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["distinct", "ties"])
+@pytest.mark.parametrize("pool", list(POOLS), ids=lambda p: p.__name__)
+def test_channels_last_input_stays_channels_last_with_the_same_values_and_gradient(pool, tied):
+    x = inputs(tied)
+    grad_out = torch.randn(x.shape, generator=torch.Generator().manual_seed(5))
+    plain = x.clone().requires_grad_(True)
+    last = x.contiguous(memory_format=torch.channels_last).requires_grad_(True)
+    out_plain, out_last = pool()(plain), pool()(last)
+    assert out_last.is_contiguous(memory_format=torch.channels_last)
+    assert not out_last.is_contiguous()  # no copy back to NCHW
+    assert torch.equal(out_last, out_plain)
+    out_plain.backward(grad_out)
+    out_last.backward(grad_out)
+    assert torch.equal(last.grad, plain.grad)

@@ -1,6 +1,8 @@
-"""The CUDA lines of the trainer: pinned staging, non_blocking copies, bf16/fp16 autocast with the
-gradient scaler, channels_last, SyncBatchNorm over NCCL. They skip without a GPU (CI has none);
-run them on a GPU machine with `python -m pytest -q tests/test_cuda.py`."""
+"""The CUDA lines of the trainer: device resolution, pinned staging, non_blocking copies,
+rendering and decoding on the GPU, bf16/fp16 autocast with the gradient scaler, channels_last,
+deterministic training, SyncBatchNorm over NCCL. They use the GPUs the machine has and skip what it
+lacks, saying why (CI has no GPU); run them on a GPU machine with
+`python -m pytest -q tests/test_cuda.py` (bench/gpu_check.sh does)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,31 @@ import torch
 
 from core.data.chunks import deal, rank_config
 from core.data.prefetch import Prefetcher
+from core.utils.device import configure, resolve_device
 from tests._fake_data import FakeDB, fake_sample
 from tests.test_precision import batch_of, tiny_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (this machine has none)")
+
+needs_bf16 = pytest.mark.skipif(
+    not torch.cuda.is_available() or not torch.cuda.is_bf16_supported(including_emulation=False),
+    reason="this GPU has no native bfloat16 (needs compute capability 8.0 or newer)")
+needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2,
+                               reason="NCCL across processes needs 2 GPUs; this machine has "
+                                      f"{torch.cuda.device_count()}")
+
+
+@pytest.fixture(autouse=True)
+def restore_global_settings():
+    """TF32, cuDNN and determinism settings are process-wide: each test leaves them as found."""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic,
+             torch.are_deterministic_algorithms_enabled())
+    yield
+    (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+     torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic) = saved[:4]
+    torch.use_deterministic_algorithms(saved[4])
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +51,19 @@ def cuda_factory(tmp_path, db, seed=0, **system):
     return NetworkFactory(tiny_config(tmp_path, **system), db, device="cuda")
 
 
-def test_batches_for_a_cuda_trainer_arrive_pinned_and_unchanged():
+def test_cuda_resolves_to_the_current_gpu_and_the_factory_uses_it(tmp_path, db):
+    current = torch.cuda.current_device()
+    assert resolve_device("cuda") == torch.device("cuda", current)
+    assert cuda_factory(tmp_path, db).device == torch.device("cuda", current)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_batches_for_a_cuda_trainer_arrive_pinned_and_unchanged(device):
     system = tiny_config(".", batch_size=3, prefetch_size=4, seed=7)
     share = deal(system, 0, 1)
     probe, _ = fake_sample(rank_config(system, share), FakeDB(), 0)
     with Prefetcher(FakeDB, fake_sample, system, probe, share=share, workers=2, data_aug=True,
-                    stream="train", device=torch.device("cuda")) as data:
+                    stream="train", device=resolve_device(device)) as data:
         pinned = [data.get()[0] for _ in range(4)]
     with Prefetcher(FakeDB, fake_sample, system, probe, share=share, workers=2, data_aug=True,
                     stream="train") as data:
@@ -55,7 +84,29 @@ def test_non_blocking_copy_of_a_pinned_batch_is_exact(tmp_path, db):
         assert torch.equal(on_device[key].cpu(), value), key
 
 
-@pytest.mark.parametrize("amp", [None, "bf16", "fp16"])
+def test_rendering_on_the_gpu_equals_the_cpu_and_never_waits_for_it(db):
+    from core.sample.render import render_targets
+    batch = batch_of(db, 4)
+    on_gpu = {k: v.cuda() for k, v in batch.items()}
+    render_targets(on_gpu, db.configs, 80)  # builds and uploads the cached kernel table
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a host sync raises
+    try:
+        rendered = render_targets(on_gpu, db.configs, 80)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for got, want in zip(rendered, render_targets(batch, db.configs, 80)):
+        assert torch.equal(got.cpu(), want)
+
+
+def test_decoding_on_the_gpu_equals_the_cpu():
+    from core.models.py_utils.decode import peak_topk
+    logits = torch.randn(3, 80, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 5
+    for got, want in zip(peak_topk(logits.cuda(), 100, 3), peak_topk(logits, 100, 3)):
+        assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("amp", [None, pytest.param("bf16", marks=needs_bf16), "fp16"])
 def test_training_steps_are_finite_and_learn(tmp_path, db, amp):
     nnet = cuda_factory(tmp_path, db, amp=amp)
     batch = batch_of(db, 4)
@@ -72,13 +123,14 @@ def test_cuda_matches_cpu_in_fp32(tmp_path, db):
     cpu = NetworkFactory(tiny_config(tmp_path), db, device="cpu")
     gpu = cuda_factory(tmp_path, db)
     cpu.eval_mode(), gpu.eval_mode()
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False  # restored by restore_global_settings
     torch.backends.cuda.matmul.allow_tf32 = False
     loss_cpu, _ = cpu.validate(batch)
     loss_gpu, _ = gpu.validate(batch)
     assert float(loss_gpu) == pytest.approx(float(loss_cpu), rel=1e-3)
 
 
+@needs_bf16
 def test_channels_last_on_cuda_trains_like_the_default(tmp_path, db):
     batch = batch_of(db, 2)
     default = cuda_factory(tmp_path, db, amp="bf16")
@@ -87,12 +139,42 @@ def test_channels_last_on_cuda_trains_like_the_default(tmp_path, db):
     assert b == pytest.approx(a, rel=2e-2)
 
 
-@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="SyncBN over NCCL needs 2 GPUs")
+def test_corner_pooling_keeps_channels_last_on_cuda():
+    from core.models.py_utils.corner_pool import TopPool
+    x = torch.randn(2, 8, 16, 16, device="cuda").contiguous(memory_format=torch.channels_last)
+    out = TopPool()(x)
+    assert out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous()
+
+
+def test_deterministic_training_repeats_bit_for_bit(tmp_path, db):
+    configure(resolve_device("cuda"), deterministic=True, fixed_sizes=True)
+    batch = batch_of(db, 4)
+    runs = []
+    for _ in range(2):
+        nnet = cuda_factory(tmp_path, db, deterministic=True)
+        runs.append([float(nnet.train(batch)[0]) for _ in range(3)]
+                    + [float(sum(p.double().sum() for p in nnet.model.parameters()))])
+    assert runs[0] == runs[1]
+
+
+@needs_two
 def test_sync_bn_over_nccl_trains_two_processes(tmp_path, coco128):
     from tests._train_helpers import run_train, train_cmd, write_config
     config_dir = write_config(tmp_path, coco128, sync_bn=True, batch_size=6,
                               chunk_sizes=[3, 3], max_iter=2)
     result = run_train(config_dir, cmd=train_cmd(config_dir, "Tiny128", "--distributed",
-                                                 "--procs-per-node", "2"))
+                                                 "--world-size", "1", "--procs-per-node", "2",
+                                                 device="cuda"))
     assert result.returncode == 0, result.stderr
     assert "processes: 2" in result.stdout + result.stderr
+
+
+@needs_two
+def test_two_gpu_processes_train_the_tiny_model(tmp_path, coco128):
+    from tests._train_helpers import run_train, train_cmd, write_config
+    config_dir = write_config(tmp_path, coco128, batch_size=6, chunk_sizes=[3, 3], max_iter=2)
+    result = run_train(config_dir, cmd=train_cmd(config_dir, "Tiny128", "--distributed",
+                                                 "--world-size", "1", "--procs-per-node", "2",
+                                                 device="cuda"))
+    assert result.returncode == 0, result.stderr
+    assert "device: cuda:0" in result.stdout and "processes: 2" in result.stdout

@@ -9,6 +9,7 @@ import torch
 from core.models.py_utils import decode as decode_module
 from core.models.py_utils.decode import (
     decode,
+    dense_topk,
     nms_heatmap,
     peak_topk,
     sigmoid_scores,
@@ -150,11 +151,6 @@ def test_invalid_sizes_raise_a_clear_error():
 
 
 # ---- the fast corner search equals the dense computation ---------------------------------
-
-def dense_topk(logits: torch.Tensor, K: int, kernel: int):
-    """The dense definition: score every pixel, keep local maxima, take the K best."""
-    return topk(nms_heatmap(sigmoid_scores(logits), kernel), K)
-
 
 def _maps(seed: int, shape, spread: float = 1.0, offset: float = -6.0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from _fake_data import FakeDB, fake_sample
 
+import core.data.prefetch
 from core.config import SystemConfig
 from core.data.chunks import deal, rank_config
 from core.data.prefetch import Prefetcher, WorkerError
@@ -214,3 +215,20 @@ def test_process_identity_tells_a_live_process_from_a_gone_one():
     assert is_alive(me)
     assert not is_alive((me[0], "1"))  # same pid, another start time: a reused pid
     assert not is_alive(process_identity(2 ** 22 + 1))
+
+
+def test_a_failing_pin_thread_ends_get_at_once_with_its_own_error(monkeypatch):
+    def broken_copy(ring, slot, pin):
+        raise RuntimeError("injected pin failure")
+
+    monkeypatch.setattr(core.data.prefetch, "_copy_out", broken_copy)
+    local = config(3)
+    probe, _ = fake_sample(local, FakeDB(), 0)
+    t0 = time.monotonic()
+    with Prefetcher(FakeDB, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
+                    data_aug=True, stream="train") as data, pytest.raises(WorkerError) as err:
+        data.get()
+    assert time.monotonic() - t0 < 10  # not the STALL_S (600 s) of a silent thread
+    text = str(err.value)
+    assert "pin thread pin-train-0 of the trainer failed" in text
+    assert "RuntimeError: injected pin failure" in text and "Traceback" in text

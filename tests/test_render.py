@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.sample import data_sampling_func
-from core.sample.render import normalize_image, render_targets
+from core.sample.render import normalize_image, render_targets, static_radius
 from tests._dense_reference import coco128_db, dense_targets, system_config
 
 CATEGORIES = 80
@@ -44,22 +44,24 @@ def _assert_equal(rendered: list, reference: list) -> None:
 @pytest.mark.parametrize("config, sampler", [("CornerNet", "cornernet"),
                                              ("CornerNet_Squeeze", "cornernet"),
                                              ("CornerNet_Saccade", "cornernet_saccade")])
+@pytest.mark.parametrize("static", [False, True], ids=["cpu-window", "gpu-static-window"])
 def test_rendered_targets_equal_dense_reference_on_all_coco128_images(coco128, cache_dir,
-                                                                      config, sampler):
+                                                                      config, sampler, static):
     db = coco128_db(coco128, config, cache_dir)
     objects = 0
     for batch in _batches(db, sampler, batch_size=16, count=8):
-        rendered = render_targets(_to_torch(batch), db.configs, CATEGORIES)
+        rendered = render_targets(_to_torch(batch), db.configs, CATEGORIES, static=static)
         _assert_equal(rendered, dense_targets(batch, db.configs, CATEGORIES))
         objects += int(batch["num_objects"].sum())
     assert objects > 300
 
 
 @pytest.mark.parametrize("overrides", [{"gaussian_bump": False}, {"gaussian_radius": 3}])
-def test_fixed_radius_and_no_bump_follow_the_config(coco128, cache_dir, overrides):
+@pytest.mark.parametrize("static", [False, True], ids=["cpu-window", "gpu-static-window"])
+def test_fixed_radius_and_no_bump_follow_the_config(coco128, cache_dir, overrides, static):
     db = coco128_db(coco128, "CornerNet_Squeeze", cache_dir, **overrides)
     batch = next(_batches(db, "cornernet", batch_size=16, count=1))
-    rendered = render_targets(_to_torch(batch), db.configs, CATEGORIES)
+    rendered = render_targets(_to_torch(batch), db.configs, CATEGORIES, static=static)
     _assert_equal(rendered, dense_targets(batch, db.configs, CATEGORIES))
     if not overrides.get("gaussian_bump", True):
         # Only corner pixels are set: as many ones as distinct corners, nothing in between.
@@ -100,3 +102,21 @@ def test_normalize_image_applies_the_per_image_affine(coco128, cache_dir):
     affine = batch["color"].astype(np.float64)
     want = np.einsum("bck,bhwk->bchw", affine[:, :, :3], pixels) + affine[:, :, 3, None, None]
     np.testing.assert_allclose(out.numpy(), want, atol=1e-5)
+
+
+def test_the_static_window_holds_every_radius_of_a_box_inside_the_map():
+    from core.sample.utils import gaussian_radius
+    assert static_radius(128, 128, 0.3) == 29 and static_radius(32, 32, 0.3) == 7
+    sides = np.arange(0, 130, dtype=np.float64)
+    radii = gaussian_radius(sides[:, None], sides[None, :], 0.3).astype(np.int64)
+    assert radii.max() == static_radius(128, 128, 0.3)
+    assert radii[:100, :100].max() < static_radius(128, 128, 0.3)
+
+
+def test_an_empty_batch_renders_empty_maps_on_both_paths(coco128, cache_dir):
+    db = coco128_db(coco128, "CornerNet_Saccade", cache_dir)
+    batch = _to_torch(next(_batches(db, "cornernet_saccade", batch_size=2, count=1)))
+    batch["num_objects"].zero_()
+    for static in (False, True):
+        heats = render_targets(batch, db.configs, CATEGORIES, static=static)[:2]
+        assert all(float(heat.abs().sum()) == 0.0 for heat in heats)

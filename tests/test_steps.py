@@ -9,6 +9,7 @@ import torch
 
 from core.engine.steps import RECENT, TrainStep
 from core.nnet.py_factory import NonFiniteLoss
+from tests.test_precision import batch_of, factory
 
 
 class Diverging:
@@ -44,3 +45,28 @@ def test_stop_policy_raises_with_the_iteration():
     with pytest.raises(NonFiniteLoss) as err:
         step(None, 7)
     assert err.value.iteration == 7 and step.skipped == 0
+
+
+@pytest.fixture(scope="module")
+def db(coco128, tmp_path_factory):
+    from tests._dense_reference import coco128_db
+    return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
+
+
+def test_a_step_the_fp16_scaler_skips_is_counted_as_skipped_and_leaves_the_weights(tmp_path,
+                                                                                    db):
+    # The CPU's gradient scaler behaves as the GPU's: a scale of 2**127 overflows the gradients,
+    # the scaler skips optimizer.step() and halves its scale; at 2**8 the steps go through.
+    nnet = factory(tmp_path, db)
+    nnet.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 127, growth_interval=1000)
+    step, said = TrainStep(nnet, "stop", lambda line: said.append(line)), []
+    batch = batch_of(db, 2)
+    before = [p.detach().clone() for p in nnet.model.parameters()]
+    assert step(batch, 1) is None
+    assert step.skipped == 1 and "fp16 gradients overflowed" in said[0]
+    assert nnet.scaler.get_scale() == 2.0 ** 126
+    assert all(torch.equal(a, b) for a, b in zip(before, nnet.model.parameters()))
+    nnet.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=1000)
+    nnet._scale = None
+    assert step(batch, 2) is not None and step.skipped == 1
+    assert not all(torch.equal(a, b) for a, b in zip(before, nnet.model.parameters()))

@@ -50,6 +50,7 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "sync_bn": (False, (bool,), False),
     "channels_last": (False, (bool,), False),
     "compile": (False, (bool,), False),
+    "deterministic": (False, (bool,), False),
     # watching and steering a run
     "eval_iter": (0, (int,), False),
     "eval_images": (None, (int,), True),

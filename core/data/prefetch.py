@@ -29,12 +29,13 @@ import signal
 import threading
 import time
 import traceback
-from typing import Any, Callable, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError, Stopped
+from ..utils.device import resolve_device
 from ..utils.procs import is_alive, process_identity
 from .chunks import Deal, with_batch_size
 from .ring import ring_slots
@@ -154,11 +155,11 @@ class Prefetcher:
 
     def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig,
                  probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
-                 start: int = 0, device: torch.device | None = None) -> None:
+                 start: int = 0, device: torch.device | str | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next = workers, start
-        self._device = torch.device(device or "cpu")
+        self._device = resolve_device(device or "cpu")  # pin threads need cuda:<index>
         per_worker = ring_slots(system_config.prefetch_size, workers, stream)
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
@@ -186,7 +187,22 @@ class Prefetcher:
             thread.start()
 
     def _stage(self, w: int) -> None:
-        """Pin thread: take a slot, copy it out, free it, hand the copy over."""
+        """Pin thread: take a slot, copy it out, free it, hand the copy over. A failure of its
+        own is handed over in place of the batch, so `get()` raises it at once."""
+        try:
+            self._stage_batches(w)
+        except Exception:  # noqa: BLE001 - the trainer must hear of it, not wait for a batch
+            self._hand_over(w, ("thread_error", None, traceback.format_exc(), None))
+
+    def _hand_over(self, w: int, record: tuple) -> None:
+        while not self._thread_stop.is_set():
+            try:
+                self._staged[w].put(record, timeout=POLL_S)
+                return
+            except queue.Full:
+                continue
+
+    def _stage_batches(self, w: int) -> None:
         pin = self._device.type == "cuda"
         if pin:
             torch.cuda.set_device(self._device)  # pinned memory belongs to the rank's device
@@ -199,18 +215,10 @@ class Prefetcher:
                 return
             kind, number, slot, meta = record
             if kind == "batch":
-                tensors = {}
-                for key, ring in self._ring.items():
-                    tensors[key] = torch.empty_like(ring[slot], pin_memory=pin)
-                    tensors[key].copy_(ring[slot])
+                tensors = _copy_out(self._ring, slot, pin)
                 self._free[w].put(slot)
                 record = (kind, number, tensors, meta)
-            while not self._thread_stop.is_set():
-                try:
-                    self._staged[w].put(record, timeout=POLL_S)
-                    break
-                except queue.Full:
-                    continue
+            self._hand_over(w, record)
 
     def check_alive(self) -> None:
         """Raise WorkerError if a worker process died without a word.
@@ -245,6 +253,9 @@ class Prefetcher:
                                       f"in {STALL_S:.0f} s") from None
         if kind == "error":
             raise WorkerError(f"prefetch worker {self.procs[w].name} failed:\n{payload}")
+        if kind == "thread_error":
+            raise WorkerError(f"pin thread {self._threads[w].name} of the trainer failed:\n"
+                              f"{payload}")
         assert number == self.next, f"batch {number} arrived when {self.next} was due"
         self.next += 1
         return payload, meta
@@ -271,6 +282,15 @@ class Prefetcher:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _copy_out(ring: dict[str, torch.Tensor], slot: int, pin: bool) -> dict[str, torch.Tensor]:
+    """Slot `slot` of the shared ring, copied into fresh (pinned, for a GPU) tensors."""
+    tensors = {}
+    for key, value in ring.items():
+        tensors[key] = torch.empty_like(value[slot], pin_memory=pin)
+        tensors[key].copy_(value[slot])
+    return tensors
 
 
 def _exit_status(code: int | None) -> str:

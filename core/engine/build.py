@@ -24,9 +24,10 @@ from ..data.ring import probe_batch
 from ..dbs import datasets
 from ..errors import lookup
 from ..inference.coco_eval import require_backend
-from ..nnet.py_factory import NetworkFactory, default_device
+from ..nnet.py_factory import NetworkFactory
 from ..sample import data_sampling_func
 from ..utils import dist as dist_utils
+from ..utils.device import resolve_device
 from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_files, snapshot_bytes
 from . import snapshots
 from .metrics import DataCounts
@@ -75,7 +76,7 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
                                 sys_config=system_config)
-    where = torch.device(device) if device else default_device()
+    where = resolve_device(device)
     log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
                 args.dry_run, device=where).report())
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
+import torch
 import torch.distributed as dist
 
 from ..inference import DetectionRun, detect, score
@@ -48,10 +49,13 @@ class Evaluator:
         db = self._db
         inds = db.db_inds[:self.system_config.eval_images]
         nnet.eval_mode()
+        # Test images differ in size: cuDNN would time its algorithms again for each new shape.
+        benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
         try:
             mine = detect(db, nnet, self.system_config, inds[self.rank::self.world],
                           batch_size=self.system_config.test_batch_size)
         finally:
+            torch.backends.cudnn.benchmark = benchmark
             nnet.train_mode()
         parts = [mine]
         if self.distributed:

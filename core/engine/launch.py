@@ -36,6 +36,7 @@ from tqdm import tqdm
 from ..config import load_config
 from ..errors import ConfigError
 from ..utils import dist as dist_utils
+from ..utils.device import configure, distributed_kind, rank_device, resolve_device
 from .cli import USER_MISTAKES, describe, report, with_trace
 from .preflight import preflight
 
@@ -136,11 +137,13 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     rank, world, distributed, watch = 0, 1, args.distributed, None
     try:
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
-        device = args.device
+        device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
-            device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+            device = rank_device(distributed_kind(args.device), local_rank)
+            dist_utils.init(args.dist_backend, url, world, rank, device)
             watch = dist_utils.watch_peers(url, rank, world, say)
+        configure(device, system_config.deterministic, fixed_sizes=True)
         return train(args, system_config, db_config, rank, world, device, distributed, watch)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
@@ -167,11 +170,13 @@ def launch(args: argparse.Namespace, train: Train) -> int:
         return run_rank(train, 0, 1, args)
     try:
         if not args.distributed:  # the run itself reads the data next, in one line on error
+            args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
             preflight(args, 1, data=False)
             return run_rank(train, 0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
-        procs = dist_utils.procs_per_node(args.procs_per_node)
+        procs = dist_utils.procs_per_node(args.procs_per_node,
+                                          gpus=distributed_kind(args.device) == "cuda")
         if args.dist_url is None:
             if args.world_size > 1:
                 raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "

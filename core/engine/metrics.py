@@ -226,7 +226,8 @@ def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: A
                     speed: Throughput, counts: DataCounts, skipped_steps: int) -> dict[str, Any]:
     """What a display iteration puts: loss and its terms (their names under "terms"), learning
     rate, gradient norm, throughput and data wait since the last display, data counts, skipped
-    steps, wall seconds since the run began and, on CUDA, peak GPU memory in GiB."""
+    steps, wall seconds since the run began and, on CUDA, the peak GPU memory in GiB since the
+    last display (the peak is reset here)."""
     values = {"loss": float(loss), **{k: float(v) for k, v in terms.items()},
               "terms": list(terms), "lr": lr,
               "grad_norm": float(grad_norm) if grad_norm is not None else None,
@@ -234,6 +235,7 @@ def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: A
               "time": time.perf_counter() - speed.began}
     if getattr(device, "type", None) == "cuda":
         values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
+        torch.cuda.reset_peak_memory_stats(device)
     return values
 
 

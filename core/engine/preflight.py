@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from ..config import load_config
 from ..data.chunks import deal
 from ..data.ring import shm_need
 from ..dbs import datasets
 from ..errors import lookup
 from ..models.fit import check_model_fit
-from ..nnet.py_factory import check_runtime, default_device
+from ..nnet.py_factory import check_runtime
+from ..utils.device import distributed_kind, resolve_device
 from ..utils.files import check_shm
 
 
@@ -25,7 +24,8 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
-    check_runtime(system_config, torch.device(args.device) if args.device else default_device())
+    check_runtime(system_config, resolve_device(
+        distributed_kind(args.device) if args.distributed else args.device))
     check_model_fit(system_config.model or system_config.snapshot_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
     check_shm(shm_need(system_config, db_config, args.workers,

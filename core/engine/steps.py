@@ -17,7 +17,8 @@ RECENT = 20
 
 
 class TrainStep:
-    """`step(batch, iteration)` -> (loss, terms), or None for a skipped step.
+    """`step(batch, iteration)` -> (loss, terms), or None for a skipped step (a non-finite loss,
+    or fp16 gradients that overflowed, which the gradient scaler skips).
 
     With policy "stop" a non-finite loss raises NonFiniteLoss carrying the iteration; with "skip"
     the step is skipped, said and counted, and NonFiniteLoss is raised once more than half of
@@ -46,6 +47,15 @@ class TrainStep:
                 raise
             return None
         self._recent.append(False)
+        if getattr(self.nnet, "scaler_skipped", False):
+            # fp16's scaler met overflowing gradients and skipped the update: counted as a
+            # skipped step, never as divergence (it happens at the start, while it finds its
+            # scale).
+            self.skipped += 1
+            self.log(f"iteration {iteration}: fp16 gradients overflowed, the gradient scaler "
+                     f"skipped the step and lowered its scale to "
+                     f"{self.nnet.scaler.get_scale():g} ({self.skipped} skipped so far)")
+            return None
         return result
 
 

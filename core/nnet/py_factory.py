@@ -16,6 +16,7 @@ from torch import nn
 from ..errors import ConfigError
 from ..models import build_model
 from ..sample.render import normalize_image, render_targets
+from ..utils.device import check_precision, resolve_device
 from . import checkpoint, parallel
 from .freeze import freeze, frozen_norms_to_eval
 
@@ -34,8 +35,6 @@ class NonFiniteLoss(FloatingPointError):
         super().__init__(", ".join(f"{k}={v:.6g}" for k, v in terms.items()))
 
 
-def default_device() -> torch.device:
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -49,6 +48,7 @@ def check_runtime(system_config: SystemConfig, device: torch.device) -> None:
     if device.type != "cuda" and system_config.sync_bn:
         raise ConfigError("system.sync_bn needs GPUs: torch runs SyncBatchNorm only on "
                           "accelerators; set it to false for a CPU run")
+    check_precision(system_config.amp, device)
 
 
 class NetworkFactory:
@@ -58,7 +58,8 @@ class NetworkFactory:
         system_config: the resolved SystemConfig (optimizer, snapshot paths, amp, sync_bn,
             channels_last, compile).
         db: a dataset object; its `configs` give the class count and the target rules.
-        device: where to run; CUDA when available, else CPU, unless given.
+        device: where to run (`core.utils.device.resolve_device`: cuda:<current> when there is
+            a GPU, else CPU, unless given).
         distributed: wrap the model in DistributedDataParallel (process group already set up).
         share: this process's chunks of the global batch (`core.data.chunks.deal`); None is one
             process running the whole batch as one chunk.
@@ -70,7 +71,7 @@ class NetworkFactory:
         self.system_config = system_config
         self.db_configs = db.configs
         self.categories = db.configs["categories"]
-        self.device = torch.device(device) if device is not None else default_device()
+        self.device = resolve_device(device)
         check_runtime(system_config, self.device)
         self.share = share
         self.distributed = distributed
@@ -103,6 +104,9 @@ class NetworkFactory:
         self._amp = AMP_DTYPES.get(system_config.amp)
         self.scaler = torch.amp.GradScaler(self.device.type,
                                            enabled=system_config.amp == "fp16")
+        # fp16: whether the scaler skipped the last step (its gradients overflowed).
+        self.scaler_skipped = False
+        self._scale: float | None = None
 
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
@@ -158,6 +162,8 @@ class NetworkFactory:
         chunk). A non-finite loss raises NonFiniteLoss before the parameters are touched.
         """
         self.optimizer.zero_grad(set_to_none=True)
+        if self._scale is None and self.scaler.is_enabled():  # the initial or resumed scale
+            self._scale = self.scaler.get_scale()
         batch = self._to_device(batch)
         chunks = parallel.split_batch(batch, self.share)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
@@ -191,7 +197,17 @@ class NetworkFactory:
         self.grad_norm = self._clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        self._note_scaler_skip()
         return loss, terms
+
+    def _note_scaler_skip(self) -> None:
+        """`scaler_skipped`: the scaler lowered its scale, which it does exactly when it found
+        inf/NaN gradients and skipped `optimizer.step()` (one read of the scale per fp16 step)."""
+        if self._scale is None:
+            return
+        scale = self.scaler.get_scale()
+        self.scaler_skipped = self._scale is not None and scale < self._scale
+        self._scale = scale
 
     def _clip_gradients(self) -> torch.Tensor:
         """The total 2-norm of the (unscaled) gradients, before clipping; with

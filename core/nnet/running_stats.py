@@ -22,6 +22,9 @@ class RunningStatsMerge:
     """Call `begin()` before a step's forwards and `finish()` after them, on every rank.
 
     Only layers in training mode are merged (a frozen BatchNorm keeps its statistics as they are).
+    Every statistic of every layer travels in one flat float64 vector, and each step runs a few
+    kernels over it, whatever the number of layers (a per-layer loop is thousands of tiny
+    kernels per step on a GPU).
     """
 
     def __init__(self, model: nn.Module, share: Deal) -> None:
@@ -32,31 +35,50 @@ class RunningStatsMerge:
                 raise ValueError("BatchNorm with momentum=None (a cumulative average) cannot be "
                                  "merged across processes; give it a momentum")
         self.share = share
-        self._start: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._active: list[nn.Module] = []
+        self._start: torch.Tensor | None = None
+        self._factors: dict[tuple[int, ...], tuple[torch.Tensor, ...]] = {}
+
+    def _buffers(self) -> list[torch.Tensor]:
+        return [t for m in self._active for t in (m.running_mean, m.running_var)]
 
     @torch.no_grad()
     def begin(self) -> None:
-        self._start = [(m.running_mean.clone(), m.running_var.clone(),
-                        m.num_batches_tracked.clone()) for m in self.layers]
+        self._active = [m for m in self.layers if m.training]
+        self._start = torch.cat([t.reshape(-1) for t in self._buffers()]).double() \
+            if self._active else None
+
+    def _factors_of(self, buffers: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Per element of the flat vector: q^(K-b), q^n and q^K of its layer's momentum (see the
+        module docstring), float64, built once per set of active layers."""
+        key = tuple(id(m) for m in self._active)
+        if key not in self._factors:
+            share = self.share
+            total, count = len(share.sizes), share.count
+            end = share.first + count
+            keeps = [1.0 - m.momentum for m in self._active for _ in range(2)]
+            sizes = [t.numel() for t in buffers]
+
+            def spread(powers: list[float]) -> torch.Tensor:
+                values = torch.tensor(powers, dtype=torch.float64)
+                return values.repeat_interleave(torch.tensor(sizes)).to(buffers[0].device)
+
+            self._factors[key] = (spread([q ** (total - end) for q in keeps]),
+                                  spread([q ** count for q in keeps]),
+                                  spread([q ** total for q in keeps]))
+        return self._factors[key]
 
     @torch.no_grad()
     def finish(self) -> None:
-        share = self.share
-        total, count, end = len(share.sizes), share.count, share.first + share.count
-        active = [(m, start) for m, start in zip(self.layers, self._start) if m.training]
-        if not active:
+        if not self._active:
             return
-        shares = []
-        for m, (mean0, var0, _) in active:
-            keep = 1.0 - m.momentum
-            for now, before in ((m.running_mean, mean0), (m.running_var, var0)):
-                shares.append(keep ** (total - end)
-                              * (now.double() - keep ** count * before.double()))
-        flat = torch.cat(shares)
+        buffers = self._buffers()
+        after_mine, before_mine, before_all = self._factors_of(buffers)
+        now = torch.cat([t.reshape(-1) for t in buffers]).double()
+        flat = after_mine * (now - before_mine * self._start)
         dist.all_reduce(flat)
-        pieces = iter(torch.split(flat, [t.numel() for t in shares]))
-        for m, (mean0, var0, batches0) in active:
-            keep = 1.0 - m.momentum
-            for now, before in ((m.running_mean, mean0), (m.running_var, var0)):
-                now.copy_(keep ** total * before.double() + next(pieces))
-            m.num_batches_tracked.copy_(batches0 + total)
+        merged = (before_all * self._start + flat).to(buffers[0].dtype)
+        torch._foreach_copy_(buffers, list(torch.split(merged, [t.numel() for t in buffers])))
+        # Each of this rank's `count` forwards added 1; one process running every chunk adds K.
+        torch._foreach_add_([m.num_batches_tracked for m in self._active],
+                            len(self.share.sizes) - self.share.count)

@@ -5,13 +5,16 @@ them into what the losses read, with the original's drawing rules: a corner sits
 part of its output-map coordinate, its offset is the fractional part, its index is y * w + x, and
 its heatmap gets a gaussian (sigma = diameter / 6) of radius
 `max(0, int(gaussian_radius((ceil(h), ceil(w)), gaussian_iou)))`, merged by element-wise max.
-Everything is vectorised over objects and deterministic.
+Everything is vectorised over objects and deterministic. On a GPU nothing waits for the device:
+every object slot is drawn with a window of a radius no box in the map can exceed (`static_radius`),
+the empty slots as zeros, so the result is the same as drawing only the objects.
 """
 
 from __future__ import annotations
 
 import functools
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -51,21 +54,54 @@ def _radii(boxes: Tensor, db_configs: dict) -> Tensor:
     return radius.to(torch.int64).clamp(min=0)
 
 
+@functools.lru_cache(maxsize=16)
+def static_radius(height: int, width: int, gaussian_iou: float) -> int:
+    """The largest corner radius of a box inside an output map of `height` x `width` (its sides,
+    rounded up, at most the map's plus one for rounding): the window every slot is drawn with
+    when the radii are not read back from the device."""
+    h, w = np.meshgrid(np.arange(height + 2.0), np.arange(width + 2.0), indexing="ij")
+    return max(0, int(gaussian_radius(h, w, gaussian_iou).max()))
+
+
+def _radius_bound(db_configs: dict) -> int:
+    if not db_configs["gaussian_bump"]:
+        return 0
+    if db_configs["gaussian_radius"] >= 0:
+        return db_configs["gaussian_radius"]
+    height, width = db_configs["output_sizes"][0]
+    return static_radius(height, width, db_configs["gaussian_iou"])
+
+
 def _draw(heat: Tensor, valid: Tensor, classes: Tensor, xs: Tensor, ys: Tensor,
-          radii: Tensor) -> None:
+          radii: Tensor, bound: int | None) -> None:
     """Draw gaussians into `heat` (B, C, h, w) by element-wise max at corners (xs, ys) (B, M)
-    int64 for the objects where `valid` (B, M) bool, of class `classes`, radius `radii`."""
-    batch_ind, slot = valid.nonzero(as_tuple=True)
-    if batch_ind.numel() == 0:
-        return
+    int64 for the objects where `valid` (B, M) bool, of class `classes`, radius `radii`.
+
+    bound None: only the valid objects, in a window of the largest radius among them (both read
+    back from the device). An int: every slot, in a window of that radius (radii are clamped to
+    it; boxes inside the map never exceed `_radius_bound`), empty slots drawing zeros.
+    """
     _, categories, height, width = heat.shape
-    radius = radii[batch_ind, slot]
-    max_radius = int(radius.max())
+    if bound is None:
+        batch_ind, slot = valid.nonzero(as_tuple=True)
+        if batch_ind.numel() == 0:
+            return
+        radius = radii[batch_ind, slot]
+        max_radius = int(radius.max())
+        weight = None
+    else:
+        batch_ind, slot = (i.reshape(-1) for i in torch.meshgrid(
+            torch.arange(valid.shape[0], device=heat.device),
+            torch.arange(valid.shape[1], device=heat.device), indexing="ij"))
+        radius = radii.reshape(-1).clamp(0, bound)
+        max_radius = bound
+        weight = valid.reshape(-1, 1, 1)
+        classes = torch.where(valid, classes, 0)
     table_radius = max(_MIN_TABLE_RADIUS, 1 << max(max_radius, 1).bit_length())
     lo = table_radius - max_radius
     window = _kernel_table(table_radius, heat.device)[
         :, lo:lo + 2 * max_radius + 1, lo:lo + 2 * max_radius + 1]
-    values = window[radius]
+    values = window[radius] if weight is None else window[radius] * weight
     steps = torch.arange(-max_radius, max_radius + 1, device=heat.device)
     y = ys[batch_ind, slot][:, None, None] + steps[None, :, None]
     x = xs[batch_ind, slot][:, None, None] + steps[None, None, :]
@@ -77,8 +113,9 @@ def _draw(heat: Tensor, valid: Tensor, classes: Tensor, xs: Tensor, ys: Tensor,
 
 
 def _corner_targets(boxes: Tensor, classes: Tensor, count: Tensor, db_configs: dict,
-                    categories: int) -> tuple[Tensor, ...]:
-    """Heatmaps, offsets and indices of both corners for the first `count` boxes of each image."""
+                    categories: int, static: bool) -> tuple[Tensor, ...]:
+    """Heatmaps, offsets and indices of both corners for the first `count` boxes of each image
+    (`static`: see `_draw`'s bound)."""
     batch, slots = classes.shape
     height, width = db_configs["output_sizes"][0]
     valid = torch.arange(slots, device=boxes.device)[None, :] < count[:, None]
@@ -86,10 +123,11 @@ def _corner_targets(boxes: Tensor, classes: Tensor, count: Tensor, db_configs: d
     offsets = torch.where(valid[..., None], boxes - corners, 0)
     ints = torch.where(valid[..., None], corners.to(torch.int64), 0)
     radii = _radii(boxes, db_configs)
+    bound = _radius_bound(db_configs) if static else None
     heats = []
     for x, y in ((ints[..., 0], ints[..., 1]), (ints[..., 2], ints[..., 3])):
         heat = torch.zeros(batch, categories, height, width, device=boxes.device)
-        _draw(heat, valid, classes, x, y, radii)
+        _draw(heat, valid, classes, x, y, radii, bound)
         heats.append(heat)
     index = ints[..., 1::2] * width + ints[..., 0::2]
     return (heats[0], heats[1], valid.to(torch.uint8), offsets[..., 0:2].contiguous(),
@@ -97,9 +135,12 @@ def _corner_targets(boxes: Tensor, classes: Tensor, count: Tensor, db_configs: d
             index[..., 1].contiguous())
 
 
-def render_targets(batch: dict[str, Tensor], db_configs: dict,
-                   categories: int) -> list[Tensor | list[Tensor]]:
+def render_targets(batch: dict[str, Tensor], db_configs: dict, categories: int,
+                   static: bool | None = None) -> list[Tensor | list[Tensor]]:
     """The loss targets of a compact batch, on the device of its tensors.
+
+    `static` draws with a window fixed by the config instead of one read back from the device
+    (the same targets; by default on a GPU, where reading back waits for the device).
 
     CornerNet (7): gt_tl_heat, gt_br_heat (B, C, h, w) float32; gt_mask (B, M) uint8;
     gt_tl_off, gt_br_off (B, M, 2) float32; gt_tl_ind, gt_br_ind (B, M) int64.
@@ -107,12 +148,14 @@ def render_targets(batch: dict[str, Tensor], db_configs: dict,
     under the corner gaussians of the ignore boxes (per class, as the original) and 1 elsewhere;
     gt_atts, a list over attention scales of (B, 1, a_h, a_w) float32, 1 at object centres.
     """
+    if static is None:
+        static = batch["boxes"].device.type != "cpu"
     targets = list(_corner_targets(batch["boxes"], batch["classes"], batch["num_objects"],
-                                   db_configs, categories))
+                                   db_configs, categories, static))
     if "ignore_boxes" not in batch:
         return targets
     ignored = _corner_targets(batch["ignore_boxes"], batch["ignore_classes"],
-                              batch["num_ignore"], db_configs, categories)
+                              batch["num_ignore"], db_configs, categories, static)
     targets += [(ignored[0] == 0).float(), (ignored[1] == 0).float()]
     cells = batch["att_cells"]
     atts = []

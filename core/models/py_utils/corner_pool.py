@@ -22,9 +22,27 @@ from .modules import convolution
 
 def directional_max(x: torch.Tensor, dim: int, reverse: bool) -> torch.Tensor:
     """Running maximum along `dim`; from the far end towards index 0 when `reverse`."""
+    if _is_channels_last(x):
+        return channels_last_max(x, dim, reverse)
     if reverse:
         return torch.cummax(x.flip(dim), dim)[0].flip(dim)
     return torch.cummax(x, dim)[0]
+
+
+def _is_channels_last(x: torch.Tensor) -> bool:
+    return (x.dim() == 4 and not x.is_contiguous()
+            and x.is_contiguous(memory_format=torch.channels_last))
+
+
+def channels_last_max(x: torch.Tensor, dim: int, reverse: bool) -> torch.Tensor:
+    """`directional_max` of a channels_last (B, C, H, W) tensor, channels_last as well.
+
+    `cummax` returns a contiguous (NCHW) result whatever its input, so the next convolution
+    would copy it back; scanning the (B, H, W, C) view, which is contiguous, costs no copy and
+    gives the same values and gradients.
+    """
+    nhwc = x.permute(0, 2, 3, 1)
+    return directional_max(nhwc, dim - 1, reverse).permute(0, 3, 1, 2)
 
 
 class TopPool(nn.Module):
