@@ -16,6 +16,7 @@ from ..config_rules import config_difference
 from ..models import load_original_state_dict, strip_module_prefix
 from ..sample.render import normalize_image, render_targets
 from ..utils.files import write_atomic
+from .ema import WeightAverage
 from .freeze import freeze, frozen_norms_to_eval
 from .running_stats import RunningStatsMerge
 
@@ -105,6 +106,8 @@ class NetworkFactory:
         if system_config.compile:
             self.network = torch.compile(self.network)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.ema = WeightAverage.of(self.model, system_config)  # None unless system.ema_decay
+        self.use_ema = self.ema is not None  # whether the test path runs the average
         self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
         params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
@@ -223,6 +226,8 @@ class NetworkFactory:
         self.grad_norm = self._clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
+        if self.ema is not None:
+            self.ema.update(self.model)
         return loss, terms
 
     def _clip_gradients(self) -> torch.Tensor:
@@ -245,11 +250,18 @@ class NetworkFactory:
             return self._global_mean(self._whole_batch_losses(batch, chunks))
         return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
 
+    @property
+    def evaluated_weights(self) -> str:
+        """Which weights the test path runs: "ema" (an average of at least one step) or "raw"."""
+        return "ema" if self.use_ema and self.ema.steps else "raw"
+
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
-        """The model's test path: `model(image, test=True, **kwargs)` on this device."""
+        """The model's test path: `model(image, test=True, **kwargs)` on this device, with the
+        weight average when `evaluated_weights` is "ema"."""
+        model = self.ema.module if self.evaluated_weights == "ema" else self.model
         with self._autocast():
-            return self.model(image.to(self.device), test=True, **kwargs)
+            return model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
     def save_params(self, iteration: int, state: dict | None = None,
@@ -265,6 +277,8 @@ class NetworkFactory:
             "rng": {"torch": torch.get_rng_state()},
             **(state or {}),
         }
+        if self.ema is not None:
+            snapshot["ema"] = self.ema.state_dict()
         if self.device.type == "cuda":
             snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
         if self.scaler.is_enabled():
@@ -291,12 +305,16 @@ class NetworkFactory:
                 load_original_state_dict(self.model, snapshot)
             except RuntimeError as err:
                 raise ConfigError(f"{path} does not fit this config: {err}") from None
+            if self.ema is not None:
+                self.ema.restart(self.model)
             return {"iteration": iteration}
         differences = config_difference(snapshot.get("config", {}), {
             "system": _plain(self.system_config.full), "db": _plain(self.db_configs)})
         if differences:
             raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
         self.model.load_state_dict(snapshot["model"])
+        if self.ema is not None:
+            self.ema.load(snapshot.get("ema"), self.model)
         if model_only:
             return snapshot
         saved_algo = snapshot.get("config", {}).get("system", {}).get("opt_algo")
@@ -330,6 +348,8 @@ class NetworkFactory:
         usable = {k: v for k, v in loaded.items() if k in own and own[k].shape == v.shape}
         skipped = sorted(set(loaded) - set(usable)) + sorted(set(own) - set(loaded))
         self.model.load_state_dict(usable, strict=False)
+        if self.ema is not None:
+            self.ema.restart(self.model)
         if skipped:
             print(f"pretrained {path.name}: {len(usable)} entries loaded, {len(skipped)} skipped "
                   f"(missing or other shape): {', '.join(skipped[:8])}"
