@@ -233,7 +233,8 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                 if evaluate.due(it):
                     found = evaluate(nnet, it)
                     if found is not None:
-                        metrics.put(**{k: found[k] for k in EVAL_KEYS})
+                        metrics.put(**{k: found[k] for k in EVAL_KEYS},
+                                    eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], best)
                 metrics.write(it)
                 if saver.due(it):
