@@ -107,7 +107,7 @@ class NetworkFactory:
             self.network = torch.compile(self.network)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.ema = WeightAverage.of(self.model, system_config)  # None unless system.ema_decay
-        self.use_ema = self.ema is not None  # whether the test path runs the average
+        self.use_ema = True  # the test path runs the average, if there is one
         self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
         params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
@@ -253,7 +253,7 @@ class NetworkFactory:
     @property
     def evaluated_weights(self) -> str:
         """Which weights the test path runs: "ema" (an average of at least one step) or "raw"."""
-        return "ema" if self.use_ema and self.ema.steps else "raw"
+        return "ema" if self.use_ema and self.ema is not None and self.ema.steps else "raw"
 
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
