@@ -65,7 +65,8 @@ def test_testiter_best_evaluates_the_average_and_raw_weights_on_request(coco128,
 def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path):
     system = {"max_iter": 6, "snapshot": 3, "stepsize": 4, "ema_decay": 0.9, "ema_warmup": 2,
               "eval_iter": 3, "eval_images": 4, "val_iter": 0}
-    straight_dir = write_config(tmp_path, coco128, **system)
+    db = {"top_k": 20, "num_dets": 100, "test_scales": [0.25]}
+    straight_dir = write_config(tmp_path, coco128, db=db, **system)
     straight = run_train(straight_dir)
     assert straight.returncode == 0, straight.stdout + straight.stderr
     lines = [json.loads(line) for line in
@@ -80,7 +81,7 @@ def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path
                       weights_only=True)
     assert int(best["ema"]["n_averaged"]) == best["iteration"] + 1
 
-    resumed_dir = write_config(tmp_path / "resumed", coco128, **system)
+    resumed_dir = write_config(tmp_path / "resumed", coco128, db=db, **system)
     copy_snapshot(tmp_path / "cache", tmp_path / "resumed" / "cache", "Tiny128", 3)
     resumed = run_train(resumed_dir, "--iter", "3")
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
