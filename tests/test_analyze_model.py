@@ -18,7 +18,7 @@ from core.models import CornerNet_Tiny
 from core.nnet.cost import forward_flops, saved_activation_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from analyze_model import analyze  # noqa: E402
+from analyze_model import analyze
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 

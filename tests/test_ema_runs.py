@@ -35,10 +35,10 @@ def test_testiter_best_evaluates_the_average_and_raw_weights_on_request(coco128,
     averaged = {f"module.{k}": v.clone() for k, v in snapshot["model"].items()}
     averaged["n_averaged"] = torch.tensor(4)
     raw = {k: v.clone() for k, v in snapshot["model"].items()}
-    for key in raw:
+    for key, value in raw.items():
         if ("tl_heats" in key or "br_heats" in key) and key.endswith(".bias") and \
-                raw[key].shape == (80,):
-            raw[key][0] -= 8
+                value.shape == (80,):
+            value[0] -= 8
     snapshot["config"]["system"]["ema_decay"] = 0.9
     torch.save({**snapshot, "model": raw, "ema": averaged, "best": {"iteration": 0, "AP": 0.0}},
                folder / "CocoTiny_best.pkl")
@@ -75,7 +75,8 @@ def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path
     assert [line["iteration"] for line in evaluated] == [3, 6]
     assert all(line["eval_weights"] == "ema" for line in evaluated)
     assert all("per_class" not in line for line in lines)  # the summary only
-    written = json.loads((tmp_path / "results" / "3" / "val" / "metrics.json").read_text())
+    written = json.loads(
+        (tmp_path / "results" / "Tiny128" / "3" / "val" / "metrics.json").read_text())
     assert written["weights"] == "ema" and len(written["per_class"]) == 80
     best = torch.load(tmp_path / "cache" / "nnet" / "Tiny128" / "Tiny128_best.pkl",
                       weights_only=True)

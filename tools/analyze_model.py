@@ -68,8 +68,8 @@ def analyze(system_config, db_config: dict, test_size: tuple[int, int],
 def format_report(report: dict) -> str:
     params = report["parameters"]
     width = max(len(name) for name in params["modules"])
-    lines = [f"{report['config']}: {params['total']:,} parameters "
-             f"({params['trainable']:,} trainable)"]
+    head = f"{report['config']}: {params['total']:,} parameters ({params['trainable']:,} trainable)"
+    lines = [head]
     lines += [f"  {name:<{width}}  {count:>12,}" for name, count in params["modules"].items()]
     lines.append(f"FLOPs of one forward, test path at {report['test_size'][0]} x "
                  f"{report['test_size'][1]}: {report['test_gflops']:.1f} G")
