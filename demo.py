@@ -112,6 +112,8 @@ def main(args: argparse.Namespace) -> list[Path]:
     nnet = NetworkFactory(system_config, db, device=args.device)
     nnet.load_params(testiter, model_only=True)
     nnet.eval_mode()
+    print("weights: " + ("the average (system.ema_decay)" if nnet.evaluated_weights == "ema"
+                         else "the trained ones"))
     inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
     written, bad = [], []

@@ -38,6 +38,8 @@ JOURNAL = "partial.jsonl"
 TESTDEV_INFO = "image_info_test-dev2017.json"
 TESTDEV_IMAGES = ("testdev2017", "test2017")
 TESTDEV_RESULTS = "detections_test-dev2017_{}_results.json"
+WEIGHTS = {"ema": "the average of the weights (system.ema_decay; --raw-weights for the others)",
+           "raw": "the trained weights"}
 
 
 def snapshot_arg(text: str) -> int | str:
@@ -79,6 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--backend", choices=BACKENDS, default="faster",
                         help="COCO evaluator (pycocotools is the reference)")
+    parser.add_argument("--raw-weights", action="store_true",
+                        help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):
@@ -200,12 +204,15 @@ def main(args: argparse.Namespace) -> dict | None:
     nnet = NetworkFactory(system_config, db, device=args.device)
     print(f"loading {snapshot}")
     nnet.load_params(testiter, model_only=True)
+    nnet.use_ema = not args.raw_weights
     nnet.eval_mode()
+    print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
 
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
                    "snapshot": snapshot_identity(snapshot), "split": split,
                    "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
-                   "device": str(nnet.device), "torch": torch.__version__}
+                   "device": str(nnet.device), "torch": torch.__version__,
+                   "weights": nnet.evaluated_weights}
     journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
                                        args.resume)
     if note:
@@ -241,7 +248,8 @@ def main(args: argparse.Namespace) -> dict | None:
     results_name = (TESTDEV_RESULTS.format(args.cfg_file) if split == "testdev"
                     else "results.json")
     metrics = score(db, detections, out_dir, args.backend, image_ids=image_ids,
-                    unreadable=unreadable, results_name=results_name)
+                    unreadable=unreadable, results_name=results_name,
+                    weights=nnet.evaluated_weights, class_table=True)
     print(summary(run, seconds, nnet.device, time.perf_counter() - start))
     journal.remove()
     return metrics

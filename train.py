@@ -126,7 +126,8 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 if evaluate.due(it):
                     found = evaluate(nnet, it)
                     if found is not None:
-                        metrics.put(**{k: found[k] for k in EVAL_KEYS})
+                        metrics.put(**{k: found[k] for k in EVAL_KEYS},
+                                    eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], job.best)
                 metrics.write(it)
                 if saver.due(it):

@@ -65,6 +65,13 @@ def check_system_rules(configs: dict, where: str) -> None:
     if configs["weight_decay"] < 0:
         raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
                           f"{configs['weight_decay']}")
+    decay = configs["ema_decay"]
+    if decay is not None and not 0 < decay < 1:
+        raise ConfigError(f"{where}: system.ema_decay must lie between 0 and 1 (0.9998 as YOLOX, "
+                          f"or null for no average), got {decay}")
+    if configs["ema_warmup"] < 0:
+        raise ConfigError(f"{where}: system.ema_warmup must be 0 (no warm-up) or more steps, "
+                          f"got {configs['ema_warmup']}")
     chunks = configs["chunk_sizes"]
     if chunks is not None and not (chunks and all(
             isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):

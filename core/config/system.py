@@ -60,6 +60,9 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "clip_grad_norm": (None, _NUMBER, True),
     "freeze": (None, (list,), True),
     "test_batch_size": (1, (int,), False),
+    # an exponential moving average of the weights (core/nnet/ema.py); null is off
+    "ema_decay": (None, _NUMBER, True),
+    "ema_warmup": (2000, (int,), False),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),

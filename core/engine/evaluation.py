@@ -43,7 +43,8 @@ class Evaluator:
         return due(iteration, self.system_config.eval_iter, self.system_config.max_iter)
 
     def __call__(self, nnet: NetworkFactory, iteration: int) -> dict[str, float] | None:
-        """The COCO metrics of the current weights on rank 0 (None on the other ranks)."""
+        """The COCO metrics of the current weights (their average with system.ema_decay) on
+        rank 0 (None on the other ranks)."""
         if self._db is None:
             self._db = self.make_db()
         db = self._db
@@ -67,4 +68,4 @@ class Evaluator:
         out_dir = self.system_config.result_dir / str(iteration) / self.system_config.val_split
         # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
         return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],
-                     unreadable=found.unreadable)
+                     unreadable=found.unreadable, weights=nnet.evaluated_weights)

@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .per_class import format_per_class, per_class_ap
+
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 BACKENDS = ("faster", "pycocotools")
@@ -88,6 +90,12 @@ def evaluate_coco(annotation_file: str | Path, results: list[dict], image_ids: I
         {name: value} for METRIC_NAMES; -1 where COCO has nothing to measure (no ground truth
         in an area range).
     """
+    return _summary(_cocoeval(annotation_file, results, image_ids, category_ids, backend))
+
+
+def _cocoeval(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
+              category_ids: Iterable[int], backend: str) -> Any:
+    """The evaluator of `evaluate_coco`, evaluated, accumulated and summarized."""
     coco_cls, eval_cls = _backend(backend)
     # Both backends print while loading and evaluating; the caller prints one summary instead.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -106,6 +114,10 @@ def evaluate_coco(annotation_file: str | Path, results: list[dict], image_ids: I
         evaluator.evaluate()
         evaluator.accumulate()
         evaluator.summarize()
+    return evaluator
+
+
+def _summary(evaluator: Any) -> dict[str, float]:
     return {name: float(value) for name, value in zip(METRIC_NAMES, evaluator.stats[:12])}
 
 
@@ -120,8 +132,10 @@ def format_metrics(metrics: dict[str, float]) -> str:
 def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
           backend: str = "faster", *, image_ids: Sequence[int] | None = None,
           unreadable: Mapping[int, str] | None = None,
-          results_name: str = "results.json") -> dict[str, float] | None:
-    """Write the COCO results file to `out_dir` and, when the split has boxes, `metrics.json`.
+          results_name: str = "results.json", weights: str = "raw",
+          class_table: bool = False) -> dict[str, float] | None:
+    """Write the COCO results file to `out_dir` and, when the split has boxes, `metrics.json`
+    (the summary, and AP and AP50 of each category under "per_class").
 
     Args:
         db: dataset with `cls2coco`, `num_classes`, `annotation_file`, `has_annotations`.
@@ -134,6 +148,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         unreadable: {image_id: reason} of the images that could not be read; counted in
             metrics.json.
         results_name: file name of the results (test-dev submissions have a fixed pattern).
+        weights: which weights made the detections ("raw" or "ema"), recorded in metrics.json.
+        class_table: print the AP and AP50 of each category (all go to metrics.json).
 
     Returns:
         The 12 metrics, or None for a split without boxes (test-dev), which is only written.
@@ -157,13 +173,19 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
               f"{result_file.name} to the COCO evaluation server")
         return None
 
-    category_ids = [db.cls2coco(cls) for cls in range(1, db.num_classes + 1)]
-    metrics = evaluate_coco(db.annotation_file, results, image_ids, category_ids, backend)
+    names = {db.cls2coco(cls): db.cls2name(cls) for cls in range(1, db.num_classes + 1)}
+    evaluator = _cocoeval(db.annotation_file, results, image_ids, list(names), backend)
+    metrics = _summary(evaluator)
+    classes = per_class_ap(evaluator.eval["precision"], evaluator.params.catIds,
+                           [names[i] for i in evaluator.params.catIds])
+    if class_table:
+        print(format_per_class(classes))
     print(format_metrics(metrics))
     metrics_file = out_dir / "metrics.json"
     metrics_file.write_text(json.dumps({
-        "metrics": metrics, "backend": backend, "num_images": len(image_ids),
-        "unreadable": len(unreadable), "unreadable_images": sorted(unreadable.values()),
+        "metrics": metrics, "per_class": classes, "weights": weights, "backend": backend,
+        "num_images": len(image_ids), "unreadable": len(unreadable),
+        "unreadable_images": sorted(unreadable.values()),
         "annotation_file": str(db.annotation_file),
     }, indent=2))
     print(f"wrote {metrics_file}")

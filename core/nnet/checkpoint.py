@@ -94,6 +94,8 @@ def save(nnet: NetworkFactory, iteration: int, state: dict | None, path: Path) -
         "rng": {"torch": torch.get_rng_state()},
         **(state or {}),
     }
+    if nnet.ema is not None:
+        snapshot["ema"] = nnet.ema.state_dict()
     if nnet.device.type == "cuda":
         snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(nnet.device)
     if nnet.scaler.is_enabled():
@@ -105,8 +107,9 @@ def save(nnet: NetworkFactory, iteration: int, state: dict | None, path: Path) -
 def load(nnet: NetworkFactory, path: Path, iteration: int, model_only: bool) -> dict:
     """Restore `nnet` from the snapshot at `path` (ours, or an official plain state dict).
 
-    Restores model, optimizer, gradient scaler (fp16) and RNG states (only the model with
-    `model_only`, for inference); returns the whole snapshot dict.
+    Restores model, weight average (EMA), optimizer, gradient scaler (fp16) and RNG states (only
+    the model and its average with `model_only`, for inference); returns the whole snapshot
+    dict.
     """
     snapshot = read_snapshot(path)
     if snapshot.get("format") != SNAPSHOT_FORMAT:
@@ -114,11 +117,15 @@ def load(nnet: NetworkFactory, path: Path, iteration: int, model_only: bool) -> 
             load_original_state_dict(nnet.model, snapshot)
         except RuntimeError as err:
             raise ConfigError(f"{path} does not fit this config: {err}") from None
+        if nnet.ema is not None:  # a weight average restarts from official weights
+            nnet.ema.restart(nnet.model)
         return {"iteration": iteration}
     differences = config_difference(snapshot.get("config", {}), nnet.config_record())
     if differences:
         raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
     nnet.model.load_state_dict(snapshot["model"])
+    if nnet.ema is not None:
+        nnet.ema.load(snapshot.get("ema"), nnet.model)
     if model_only:
         return snapshot
     algo = nnet.system_config.opt_algo

@@ -18,6 +18,7 @@ from ..models import build_model
 from ..sample.render import normalize_image, render_targets
 from ..utils.device import check_precision, resolve_device
 from . import checkpoint, parallel
+from .ema import WeightAverage
 from .freeze import freeze, frozen_norms_to_eval
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class NetworkFactory:
         if system_config.compile:
             self.network = torch.compile(self.network)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
+        self.ema = WeightAverage.of(self.model, system_config)  # None unless system.ema_decay
+        self.use_ema = True  # the test path runs the average, if there is one
         self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
         params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
@@ -198,6 +201,8 @@ class NetworkFactory:
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self._note_scaler_skip()
+        if self.ema is not None:
+            self.ema.update(self.model)
         return loss, terms
 
     def _note_scaler_skip(self) -> None:
@@ -229,11 +234,18 @@ class NetworkFactory:
             return self._global_mean(self._whole_batch_losses(batch, chunks))
         return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
 
+    @property
+    def evaluated_weights(self) -> str:
+        """Which weights the test path runs: "ema" (an average of at least one step) or "raw"."""
+        return "ema" if self.use_ema and self.ema is not None and self.ema.steps else "raw"
+
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
-        """The model's test path: `model(image, test=True, **kwargs)` on this device."""
+        """The model's test path: `model(image, test=True, **kwargs)` on this device, with the
+        weight average when `evaluated_weights` is "ema"."""
+        model = self.ema.module if self.evaluated_weights == "ema" else self.model
         with self._autocast():
-            return self.model(image.to(self.device), test=True, **kwargs)
+            return model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
     def config_record(self) -> dict:
@@ -255,5 +267,9 @@ class NetworkFactory:
         return checkpoint.load(self, path, iteration, model_only)
 
     def load_pretrained_params(self, path: str | Path) -> list[str]:
-        """Starting weights from a plain state dict or a snapshot; returns the skipped keys."""
-        return checkpoint.load_pretrained(self.model, Path(path))
+        """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
+        A weight average restarts from them."""
+        skipped = checkpoint.load_pretrained(self.model, Path(path))
+        if self.ema is not None:
+            self.ema.restart(self.model)
+        return skipped

@@ -1,0 +1,98 @@
+"""An exponential moving average (EMA) of the weights, as modern detectors train with.
+
+YOLOX, RTMDet and DINO evaluate an average of the weights over the last few thousand steps rather
+than the last step's weights: it smooths the noise of the final steps at no training cost. With
+`system.ema_decay: d` the average `E` starts as the initial weights and after optimizer step `k`
+(counted from 1) becomes
+
+    E_k = d_k * E_(k-1) + (1 - d_k) * W_k,   d_k = d * (1 - exp(-k / system.ema_warmup))
+
+The warm-up of the decay is YOLOX's (tau 2000 there, our default too): early steps, whose
+weights are far from the final ones, are forgotten quickly. `ema_warmup: 0` uses `d` from the
+first step. Buffers (BatchNorm running statistics) are averaged alike; integer buffers
+(`num_batches_tracked`) take the model's value. Every rank holds the same weights and merged
+buffers after a step, so every rank's average is the same without any communication.
+
+It is `torch.optim.swa_utils.AveragedModel` with our averaging function: the stock EMA function
+of torch has a fixed decay (no warm-up) and rounds integer buffers through a float product.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim.swa_utils import AveragedModel
+
+
+class WeightAverage:
+    """The EMA of a model's parameters and buffers.
+
+    Args:
+        model: the model being trained (not a DDP or compiled wrapper); copied once.
+        decay: `d` above, in (0, 1).
+        warmup: the decay's warm-up constant in optimizer steps (0: none).
+    """
+
+    def __init__(self, model: nn.Module, decay: float, warmup: int) -> None:
+        self.decay, self.warmup = decay, warmup
+        self.steps = 0  # optimizer steps averaged so far
+        self._d = decay
+        self.averaged = AveragedModel(model, multi_avg_fn=self._lerp, use_buffers=True)
+        # Never trained: its weights and buffers change only by averaging.
+        self.averaged.eval().requires_grad_(False)
+        self.restart(model)
+
+    @classmethod
+    def of(cls, model: nn.Module, system_config: Any) -> WeightAverage | None:
+        """The average `system.ema_decay` asks for, or None when it is off."""
+        if system_config.ema_decay is None:
+            return None
+        return cls(model, system_config.ema_decay, system_config.ema_warmup)
+
+    @property
+    def module(self) -> nn.Module:
+        """The averaged model, in eval mode."""
+        return self.averaged.module
+
+    def decay_at(self, step: int) -> float:
+        """d_k of optimizer step `step` (1-based)."""
+        if not self.warmup:
+            return self.decay
+        return self.decay * (1.0 - math.exp(-step / self.warmup))
+
+    @torch.no_grad()
+    def _lerp(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _: Any) -> None:
+        if torch.is_floating_point(averaged[0]):
+            torch._foreach_lerp_(averaged, current, 1.0 - self._d)
+        else:
+            torch._foreach_copy_(averaged, current)
+
+    @torch.no_grad()
+    def update(self, model: nn.Module) -> None:
+        """Average in the weights of `model` after an optimizer step."""
+        self.steps += 1
+        self._d = self.decay_at(self.steps)
+        self.averaged.update_parameters(model)
+
+    @torch.no_grad()
+    def restart(self, model: nn.Module) -> None:
+        """Start the average again at the weights of `model` (no step averaged yet)."""
+        self.averaged.n_averaged.zero_()
+        self.averaged.update_parameters(model)  # n_averaged 0: a copy
+        self.steps = 0
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The averaged weights and buffers (`module.<key>`) and `n_averaged` (steps + 1)."""
+        return self.averaged.state_dict()
+
+    def load(self, state: dict[str, torch.Tensor] | None, model: nn.Module) -> None:
+        """Continue the average of a snapshot; one without an average (EMA was off, or an
+        official state dict) restarts it at `model`'s weights, which it must hold already."""
+        if state is None:
+            self.restart(model)
+            return
+        self.averaged.load_state_dict(state)
+        self.steps = int(state["n_averaged"]) - 1

@@ -1,0 +1,42 @@
+"""tools/analyze_results.py on a test.py results folder of coco128 (real images)."""
+
+from __future__ import annotations
+
+import json
+
+from _tiny_coco import make_tiny_coco, run
+
+
+def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
+    root = make_tiny_coco(coco128, tmp_path)
+    tested = run("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
+                 "--images", 6, "--device", "cpu")
+    assert tested.returncode == 0, tested.stderr
+    done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
+               "--testiter", 0, "--score-thresh", 0.0)
+    assert done.returncode == 0, done.stderr
+    folder = root / "results" / "CocoTiny" / "0" / "val"
+    analysis = json.loads((folder / "breakdown.json").read_text())
+    metrics = json.loads((folder / "metrics.json").read_text())["metrics"]
+    assert abs(analysis["overall"]["C50"] - metrics["AP50"]) <= 1e-6 * max(metrics["AP50"], 1e-3)
+    assert abs(analysis["overall"]["C75"] - metrics["AP75"]) <= 1e-6 * max(metrics["AP75"], 1e-3)
+    people = next(row for row in analysis["per_class"] if row["name"] == "person")
+    assert people["objects"] > 0 and people["FN"] == 1.0
+    steps = [people[s] for s in ("C75", "C50", "Loc", "Sim", "Oth", "BG", "FN")]
+    assert steps == sorted(steps)  # forgiving more errors never lowers the curve
+    confusion = json.loads((folder / "confusion.json").read_text())
+    counts = confusion["counts"]
+    assert len(counts) == 81 and confusion["rows"][-1] == "background"
+    # every object of the 6 images is either found (a row entry) or missed (last column)
+    assert sum(map(sum, counts[:-1])) == sum(r["objects"] for r in analysis["per_class"])
+    assert (folder / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "overall" in done.stdout and "person" in done.stdout
+
+
+def test_a_missing_results_folder_is_one_line_naming_test_py(coco128, tmp_path):
+    root = make_tiny_coco(coco128, tmp_path)
+    done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
+               "--testiter", 7)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and "python test.py CocoTiny --testiter 7" in \
+        done.stderr and len(done.stderr.strip().splitlines()) == 1

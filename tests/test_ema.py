@@ -1,0 +1,115 @@
+"""The weight average (system.ema_decay): its arithmetic, snapshots, and which weights test."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from core.config import ConfigError, SystemConfig
+from tests.test_precision import batch_of, factory
+
+
+@pytest.fixture(scope="module")
+def db(coco128, tmp_path_factory):
+    from tests._dense_reference import coco128_db
+    return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """float32 sums in another order: relative 1e-5 of the tensor's mean magnitude; integer
+    buffers exactly."""
+    if not b.is_floating_point():
+        return torch.equal(a, b)
+    scale = float(b.abs().mean()) + 1e-12
+    return bool(((a - b).abs() <= 1e-5 * scale + 1e-5 * b.abs()).all())
+
+
+def test_average_after_steps_equals_the_hand_computed_one_with_warmup(tmp_path, db):
+    decay, warmup, steps = 0.9, 2, 4
+    nnet = factory(tmp_path, db, ema_decay=decay, ema_warmup=warmup)
+    expected = {k: v.clone() for k, v in nnet.model.state_dict().items()}
+    for k in range(1, steps + 1):
+        nnet.train(batch_of(db, 4, seed=k))
+        d = decay * (1 - math.exp(-k / warmup))
+        for key, value in nnet.model.state_dict().items():
+            expected[key] = (d * expected[key] + (1 - d) * value if value.is_floating_point()
+                             else value.clone())
+    assert nnet.ema.steps == steps
+    averaged = nnet.ema.module.state_dict()
+    moved = 0
+    for key, value in expected.items():
+        assert close(averaged[key], value), key
+        if value.is_floating_point() and not torch.equal(value, nnet.model.state_dict()[key]):
+            moved += 1
+    assert moved > 100  # the average is not the last weights (weights and BN buffers move)
+    # BN buffers are averaged too: they start at 0 and move with the model's
+    assert any(key.endswith("running_mean") and bool(averaged[key].abs().sum() > 0)
+               for key in averaged)
+
+
+def test_decay_warms_up_as_yolox_and_is_constant_without_warmup(tmp_path, db):
+    warm = factory(tmp_path, db, ema_decay=0.9998).ema
+    assert warm.decay_at(1) == pytest.approx(0.9998 * (1 - math.exp(-1 / 2000)))
+    assert warm.decay_at(20000) == pytest.approx(0.9998, rel=1e-4)
+    assert factory(tmp_path, db, ema_decay=0.99, ema_warmup=0).ema.decay_at(1) == 0.99
+
+
+def test_off_by_default_and_bad_values_are_named():
+    assert SystemConfig().ema_decay is None
+    for value in (0, 1, 1.5):
+        with pytest.raises(ConfigError, match="system.ema_decay must lie between 0 and 1"):
+            SystemConfig().update_config({"ema_decay": value})
+    with pytest.raises(ConfigError, match="system.ema_warmup must be 0"):
+        SystemConfig().update_config({"ema_warmup": -1})
+
+
+def test_snapshot_round_trip_continues_the_average_exactly(tmp_path, db):
+    straight = factory(tmp_path / "a", db, ema_decay=0.9, ema_warmup=3)
+    for k in range(1, 5):
+        straight.train(batch_of(db, 4, seed=k))
+    first = factory(tmp_path / "b", db, ema_decay=0.9, ema_warmup=3)
+    for k in range(1, 3):
+        first.train(batch_of(db, 4, seed=k))
+    first.save_params(2)
+    resumed = factory(tmp_path / "b", db, seed=5, ema_decay=0.9, ema_warmup=3)
+    resumed.load_params(2)
+    assert resumed.ema.steps == 2
+    for k in range(3, 5):
+        resumed.train(batch_of(db, 4, seed=k))
+    a, b = straight.ema.state_dict(), resumed.ema.state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_test_path_runs_the_average_unless_raw_is_asked(tmp_path, db):
+    nnet = factory(tmp_path, db, ema_decay=0.5, ema_warmup=0)
+    image = torch.rand(1, 3, 128, 128)
+    nnet.eval_mode()
+    assert nnet.evaluated_weights == "raw"  # nothing averaged yet
+    nnet.train_mode()
+    nnet.train(batch_of(db, 4))
+    with torch.no_grad():
+        nnet.ema.module.tl_heats[-1][-1].bias += 1.0  # tell the two apart
+    nnet.eval_mode()
+    averaged = nnet.test(image)
+    assert nnet.evaluated_weights == "ema"
+    assert torch.equal(averaged[0], nnet.ema.module(image, test=True)[0])
+    nnet.use_ema = False
+    assert nnet.evaluated_weights == "raw"
+    with torch.no_grad():
+        raw = nnet.model(image, test=True)
+    assert torch.equal(nnet.test(image)[0], raw[0])
+    assert not torch.equal(nnet.test(image)[0], averaged[0])
+
+
+def test_a_snapshot_without_an_average_starts_it_at_its_weights(tmp_path, db):
+    plain = factory(tmp_path, db, seed=3)
+    plain.save_params(1)
+    nnet = factory(tmp_path, db, seed=4, ema_decay=0.9)
+    nnet.load_params(1, model_only=True)
+    assert nnet.ema.steps == 0 and nnet.evaluated_weights == "raw"
+    for key, value in plain.model.state_dict().items():
+        assert torch.equal(nnet.ema.module.state_dict()[key], value), key
