@@ -158,7 +158,7 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
     elif system_config.pretrain and not args.initialize:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
     if rank == 0:
-        snapshots.drop_later_best(system_config.snapshot_file("best"), start, log)
+        snapshots.set_aside_later_best(system_config.snapshot_file("best"), start, log)
     sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe, _ = (None, None) if args.initialize else \

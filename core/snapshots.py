@@ -119,17 +119,27 @@ class Saver:
                      f"iteration {before['iteration']})")
 
 
-def drop_later_best(path: Path, start: int, log: Callable[[str], None]) -> None:
-    """Remove a best snapshot written after iteration `start` (by a run that went on past the
-    snapshot being resumed and died): its weights belong to a history this run does not have.
-    One that cannot be read is removed too."""
+def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> Path | None:
+    """Move aside a best snapshot written after iteration `start` (by a run that went on past the
+    snapshot being resumed, or by an earlier run when this one starts from scratch): its weights
+    belong to a history this run does not have, so they must not compete with this run's AP, but
+    they are trained weights and may be the only ones left. One that cannot be read is moved
+    aside too. Returns the new path (`<Cfg>_best.aside<k>.pkl`, k the first free number)."""
     if not path.is_file():
-        return
+        return None
     try:
         record = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("best")
-    except Exception:  # noqa: BLE001 - a damaged best snapshot is as useless as a foreign one
+    except Exception:  # noqa: BLE001 - a damaged best snapshot cannot be this run's either
         record = None
-    if record is None or record["iteration"] > start:
-        path.unlink()
-        log(f"removed {path.name}: it is not the best of this run's history up to iteration "
-            f"{start}")
+    if record is not None and record["iteration"] <= start:
+        return None
+    k = 1
+    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(aside)
+    what = (f"iteration {record['iteration']}, AP {record['AP']:.4f}" if record is not None
+            else "unreadable")
+    log(f"moved {path.name} ({what}) aside to {aside.name}: it is not the best of this run's "
+        f"history up to iteration {start}; nothing was deleted (test.py --testiter "
+        f"{aside.stem.split('_')[-1]} evaluates it)")
+    return aside

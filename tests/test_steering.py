@@ -11,7 +11,7 @@ import torch
 from core.config import ConfigError, SystemConfig
 from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
 from core.schedule import learning_rate_at
-from core.snapshots import Best, drop_later_best, latest, numbered, prune
+from core.snapshots import Best, latest, numbered, prune, set_aside_later_best
 from core.steps import RECENT, TrainStep
 from tests.test_precision import batch_of, factory, tiny_config
 
@@ -199,12 +199,16 @@ def test_a_skipped_non_finite_step_leaves_the_batch_norm_statistics_untouched(tm
         assert torch.equal(now, was)
 
 
-def test_a_best_snapshot_from_after_the_resumed_iteration_is_removed(tmp_path, db):
+def test_a_best_snapshot_from_after_the_resumed_iteration_is_moved_aside(tmp_path, db):
     nnet = factory(tmp_path, db)
     path = nnet.system_config.snapshot_file("best")
     nnet.save_params(8, {"best": {"iteration": 8, "AP": 0.5}}, path=path)
     said = []
-    drop_later_best(path, 10, said.append)
+    set_aside_later_best(path, 10, said.append)
     assert path.is_file() and not said
-    drop_later_best(path, 6, said.append)
-    assert not path.exists() and "P_best.pkl" in said[0]
+    assert set_aside_later_best(path, 6, said.append) == path.with_name("P_best.aside1.pkl")
+    assert not path.exists() and "P_best.pkl" in said[0] and "P_best.aside1.pkl" in said[0]
+    assert torch.load(path.with_name("P_best.aside1.pkl"), weights_only=True)["best"] == \
+        {"iteration": 8, "AP": 0.5}
+    nnet.save_params(9, {"best": {"iteration": 9, "AP": 0.6}}, path=path)
+    assert set_aside_later_best(path, 0, said.append).name == "P_best.aside2.pkl"
