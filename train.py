@@ -31,6 +31,7 @@ from core.config import CONFIG_DIR, ConfigError, load_config, lookup
 from core.config_rules import check_model_fit
 from core.dbs import DatasetError, datasets
 from core.dry_run import dry_run
+from core.engine.agree import check_same_config
 from core.evaluation import Evaluator
 from core.inference.coco_eval import MissingEvaluator, require_backend
 from core.metrics import (
@@ -43,7 +44,7 @@ from core.metrics import (
     training_values,
 )
 from core.nnet.py_factory import NetworkFactory, NonFiniteLoss, check_runtime, default_device
-from core.prefetch import Prefetcher, Stopped, WorkerError
+from core.prefetch import Prefetcher, Stopped, WorkerError, process_identity
 from core.sample import data_sampling_func
 from core.schedule import learning_rate_at
 from core.steps import TrainStep, validate
@@ -61,6 +62,7 @@ from core.utils.files import (
     snapshot_bytes,
 )
 from core.utils.images import ImageReadError
+from core.utils.rendezvous import RendezvousError
 
 
 def iteration_arg(text: str) -> str:
@@ -266,6 +268,8 @@ def describe(err: BaseException) -> tuple[int, str]:
     if isinstance(err, (ConfigError, DatasetError, FileNotFoundError, ImageReadError,
                         MissingEvaluator)):
         return 2, str(err)
+    if isinstance(err, RendezvousError):
+        return 1, str(err)
     if isinstance(err, StorageError):  # a full disk mid-run is a failure; the rest is set-up
         return (1 if isinstance(err, DiskFull) else 2), str(err)
     if isinstance(err, NonFiniteLoss) and hasattr(err, "skipped"):
@@ -300,8 +304,12 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         device = args.device
         if distributed:
             rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
-            device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
+            device = dist_utils.init(args.dist_backend, url, world, rank, local_rank,
+                                     world // max(args.world_size, 1))
             watch = dist_utils.watch_peers(url, rank, world, say)
+            shared = check_same_config(system_config.full, db_config, args, rank, world)
+            if rank == 0:
+                print(f"config {shared} identical on {world} ranks", flush=True)
         return train(args, system_config, db_config, rank, world, device, distributed, watch)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
@@ -309,7 +317,7 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         status, text = describe(err)
         if os.environ.get("CORNERNET_DEBUG") and "Traceback" not in text:
             text += "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
+        cause = watch.cause() if watch is not None and isinstance(err, dist.DistError) else ""
         if cause:  # a peer failed first and said why: that is the story, not the broken pipe
             text = f"stopping because {cause}"
         say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
@@ -343,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if dist_utils.launched_by_torchrun():
         args.distributed = True  # torchrun's processes are one run, never independent copies
+        launch.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run(0, 1, args)
     try:
         if not args.distributed:  # the run itself reads the data next, in one line on error
@@ -350,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
             return run(0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
+        if not 0 <= args.rank < args.world_size:
+            raise ConfigError(f"--rank {args.rank} is outside --world-size {args.world_size}: "
+                              f"node ranks are 0 to {args.world_size - 1}")
         procs = dist_utils.procs_per_node(args.procs_per_node)
         if args.dist_url is None:
             if args.world_size > 1:

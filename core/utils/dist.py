@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from datetime import timedelta
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from ..config import ConfigError
+from . import rendezvous
 from .peers import PeerWatch, store_address
 
 
@@ -68,8 +68,9 @@ def watch_peers(url: str, rank: int, world: int,
 
 
 def init(backend: str | None, url: str, world_size: int, rank: int,
-         local_rank: int) -> torch.device:
-    """Join the process group; returns this process's device."""
+         local_rank: int, procs: int = 1) -> torch.device:
+    """Join the process group (through `rendezvous.join` for tcp://, which says what it waits
+    for); returns this process's device."""
     if torch.cuda.is_available():
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
@@ -79,8 +80,10 @@ def init(backend: str | None, url: str, world_size: int, rank: int,
     if backend == "nccl" and device.type != "cuda":
         raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
     # A lost peer surfaces as an error after this long instead of a silent hang.
-    dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank,
-                            timeout=timedelta(minutes=5))
+    where = ({"store": rendezvous.join(url, rank, world_size, procs)}
+             if url.startswith("tcp://") else {"init_method": url})
+    dist.init_process_group(backend=backend, world_size=world_size, rank=rank,
+                            timeout=rendezvous.COLLECTIVE_TIMEOUT, **where)
     return device
 
 

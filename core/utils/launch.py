@@ -10,6 +10,9 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
   the first report to arrive (ranks that fail because a peer went away report after it).
 - SIGTERM and SIGHUP are forwarded to every process, which stop after the current iteration and
   write a snapshot; a stopped process exits with 128 + the signal and is waited for, not killed.
+- Every process watches its launcher (its pid and start time, as prefetch workers watch their
+  trainer) and leaves within a second of its death: a `kill -9` of the launcher leaves no rank
+  training on as an orphan. torchrun's processes watch torchrun the same way (`watch_launcher`).
 - Ctrl-C already reaches every process of the terminal's process group, so it is not forwarded
   (a forwarded copy would count there as a second Ctrl-C and skip the snapshot).
 """
@@ -21,13 +24,32 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
+import time
 from typing import Any, Callable
+
+from ..prefetch import is_alive, process_identity
 
 STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
 
+def watch_launcher(launcher: tuple[int, str], rank: str, poll_s: float = 0.5) -> None:
+    """Leave (os._exit(1), saying so) within `poll_s` seconds of the death of the process
+    `launcher` (a `process_identity`). This process's prefetch workers watch it in turn."""
+
+    def run() -> None:
+        while is_alive(launcher):
+            time.sleep(poll_s)
+        print(f"error: {rank} stopping: its launcher (pid {launcher[0]}) is gone (killed?); "
+              f"the run ends here, resume it with --iter latest", file=sys.stderr, flush=True)
+        os._exit(1)
+
+    threading.Thread(target=run, daemon=True, name="launcher-watch").start()
+
+
 def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
-           reports: Any) -> None:
+           reports: Any, launcher: tuple[int, str], first_rank: int) -> None:
+    watch_launcher(launcher, f"rank {first_rank + local_rank}")
     status = target(local_rank, procs, args, lambda text: reports.put((local_rank, text)))
     sys.stdout.flush()
     sys.exit(status)
@@ -40,7 +62,9 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
     """
     ctx = mp.get_context("spawn")
     reports = ctx.SimpleQueue()
-    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports),
+    launcher = process_identity(os.getpid())
+    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports, launcher,
+                                                  first_rank),
                              name=f"rank-{rank}") for rank in range(procs)]
     for proc in processes:
         proc.start()
