@@ -62,6 +62,7 @@ from core.utils.files import (
     snapshot_bytes,
 )
 from core.utils.images import ImageReadError
+from core.utils.peers import broken_collective
 from core.utils.rendezvous import RendezvousError
 
 
@@ -317,7 +318,7 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         status, text = describe(err)
         if os.environ.get("CORNERNET_DEBUG") and "Traceback" not in text:
             text += "\n" + "".join(traceback.format_exception(type(err), err, err.__traceback__))
-        cause = watch.cause() if watch is not None and isinstance(err, dist.DistError) else ""
+        cause = watch.cause() if watch is not None and broken_collective(err) else ""
         if cause:  # a peer failed first and said why: that is the story, not the broken pipe
             text = f"stopping because {cause}"
         say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
@@ -347,6 +348,12 @@ def preflight(args, procs: int, data: bool = True) -> None:
         dataset(db_config, split=system_config.train_split, sys_config=system_config)
 
 
+def tidy_temp() -> None:
+    left = launch.remove_dead_mp_folders()
+    if left:
+        print(f"removed {len(left)} temp folder(s) of killed processes ({left[0].parent}/pymp-*)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if dist_utils.launched_by_torchrun():
@@ -356,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.distributed:  # the run itself reads the data next, in one line on error
             preflight(args, 1, data=False)
+            tidy_temp()
             return run(0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
@@ -369,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "one node")
             args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
+        tidy_temp()
     except (ConfigError, DatasetError, StorageError) as err:
         print(f"error: {err}", file=sys.stderr)
         if os.environ.get("CORNERNET_DEBUG"):

@@ -7,10 +7,26 @@ these cases; keep the two in step.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
+import pytest
 import torch
 
-from tests._train_helpers import run_train, write_config
-from tests.test_faults import NAME, cache, load
+from core.utils.dist import free_port
+from tests._train_helpers import (
+    Training,
+    alive,
+    children,
+    cmdline,
+    node_cmd,
+    parent,
+    run_train,
+    torchrun_cmd,
+    write_config,
+)
+from tests.test_faults import NAME, cache, load, wait_gone
 
 
 def make_only_best(tmp_path, coco128, iteration=2, ap=0.25):
@@ -48,3 +64,138 @@ def test_a_fresh_start_or_iter_latest_moves_the_only_best_snapshot_aside(tmp_pat
         assert moved["best"] == {"iteration": 2, "AP": 0.25}
         assert all(torch.equal(moved["model"][key], value) for key, value in original.items())
     assert (cache(tmp_path) / f"{NAME}_best.aside1.pkl").read_bytes() == b"kept"
+
+
+# Class 3: ranks and nodes that disagree are told at start, and a wait says what it waits for.
+
+SMALL = {"input_size": [64, 64], "output_sizes": [[16, 16]]}
+
+
+def first_error(output: str) -> str:
+    return next((line for line in output.splitlines() if line.startswith("error:")), "")
+
+
+def test_a_rank_outside_the_world_size_is_one_line_before_any_rendezvous(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128)
+    t0 = time.monotonic()
+    run = Training(config_dir, cmd=node_cmd(config_dir, 2, free_port()))
+    status, _, output = run.finish(timeout=60)
+    assert status == 2 and time.monotonic() - t0 < 30
+    assert output.strip().splitlines() == [
+        "error: --rank 2 is outside --world-size 2: node ranks are 0 to 1"]
+    assert not run.seen and not cache(tmp_path).exists()
+
+
+def test_nodes_with_different_configs_stop_at_start_naming_the_keys(tmp_path, coco128):
+    """Another max_iter deadlocked both nodes until the collective timeout, another learning
+    rate trained until the first snapshot: now both nodes end within 60 s, nothing trained."""
+    same = {"val_iter": 0, "db": SMALL}
+    node0 = write_config(tmp_path / "node0", coco128, max_iter=4, **same)
+    node1 = write_config(tmp_path / "node1", coco128, max_iter=8, learning_rate=0.001, **same)
+    port, t0 = free_port(), time.monotonic()
+    nodes = [Training(c, cmd=node_cmd(c, n, port)) for n, c in ((0, node0), (1, node1))]
+    try:
+        ends = [node.finish(timeout=60) for node in nodes]
+    finally:
+        for node in nodes:
+            node.kill()
+    assert time.monotonic() - t0 < 60
+    for node, (status, _, output) in zip(nodes, ends):
+        assert status == 2, output
+        assert "Traceback" not in output and "iteration 1:" not in output
+        errors = [line for line in output.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, output
+        assert "rank 1 runs another config than rank 0" in errors[0]
+        assert "system.learning_rate 0.001 on rank 1, 0.0005 on rank 0" in errors[0]
+        assert "system.max_iter 8 on rank 1, 4 on rank 0" in errors[0]
+        assert not wait_gone(node.seen, 10)
+    for root in ("node0", "node1"):
+        assert not list((tmp_path / root / "cache" / "nnet").glob(f"{NAME}/*.pkl"))
+
+
+@pytest.mark.parametrize("present", [0, 1])
+def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
+        tmp_path, coco128, present):
+    config_dir = write_config(tmp_path, coco128, db=SMALL)
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    run = Training(config_dir, cmd=node_cmd(config_dir, present, port),
+                   env={"CORNERNET_RENDEZVOUS_S": "11"})
+    try:
+        status, waited, output = run.finish(timeout=60)
+    finally:
+        run.kill()
+    absent = 1 - present
+    waiting = [line for line in output.splitlines() if "waiting for" in line]
+    assert len(waiting) == 2, output  # every 5 s
+    assert waiting[0].startswith(f"node {present}: waiting for node {absent}")
+    assert url in waiting[0] and "giving up after 11 s" in waiting[0]
+    assert status == 1 and "Traceback" not in output and waited < 45
+    expected = (f"node 1 of 2 did not join {url} within 11 s" if present == 0 else
+                f"nobody answers at {url} after 11 s")
+    assert expected in first_error(output) and "CORNERNET_RENDEZVOUS_S" in first_error(output)
+    assert not wait_gone(run.seen, 10)
+
+
+def test_under_torchrun_the_first_error_names_the_killed_rank(tmp_path, coco128):
+    """rank 0's collective breaks first ("Connection closed by peer"); the line names rank 1."""
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0,
+                              db=SMALL)
+    run = Training(config_dir, cmd=torchrun_cmd(config_dir, 2, "--workers", "1"))
+    try:
+        run.wait_for(r"iteration 2: loss")
+        ranks = sorted(pid for pid in children(run.proc.pid)
+                       if parent(pid) == run.proc.pid and "train.py" in cmdline(pid))
+        run.seen |= children(run.proc.pid)
+        os.kill(ranks[1], signal.SIGKILL)
+        status, waited, output = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert status != 0 and waited < 30
+    assert first_error(output) == ("error: rank 0: stopping because rank 1: stopped answering "
+                                   "(killed, or its node is gone)"), output
+    assert not wait_gone(run.seen, 10)
+
+
+# Class 1: nothing of the run outlives its launcher.
+
+def launched(tmp_path, coco128, launcher: str) -> list[Training]:
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0,
+                              db=SMALL)
+    env = {"TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    if launcher == "two nodes":
+        port = free_port()
+        return [Training(config_dir, cmd=node_cmd(config_dir, n, port), env=env)
+                for n in (0, 1)]
+    cmd = torchrun_cmd(config_dir, 2, "--workers", "1") if launcher == "torchrun" else None
+    return [Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
+                     cmd=cmd, env=env)]
+
+
+@pytest.mark.parametrize("launcher", ["spawn", "torchrun", "two nodes"])
+def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher):
+    """The ranks watch their launcher as workers watch their trainer: 10 s after a kill -9 of
+    it (of node 1's, with two nodes) no process of the run is left, on any node; the next run
+    removes the pymp-* temp folders the killed processes left."""
+    runs = launched(tmp_path, coco128, launcher)
+    try:
+        runs[0].wait_for(r"iteration 2: loss")
+        tree = set()
+        for run in runs:
+            run.seen |= children(run.proc.pid)
+            tree |= run.seen
+        runs[-1].proc.send_signal(signal.SIGKILL)
+        assert not wait_gone(tree, 10), [cmdline(pid) for pid in alive(tree)]
+    finally:
+        for run in runs:
+            run.kill()
+    left = list((tmp_path / "tmp").glob("pymp-*"))
+    if launcher == "spawn":
+        assert left  # the killed processes could not remove theirs
+    config_dir = tmp_path / "configs"
+    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(tmp_path / "tmp")})
+    assert result.returncode == 0, result.stderr
+    assert not list((tmp_path / "tmp").glob("pymp-*"))
+    if left:
+        assert f"removed {len(left)} temp folder(s) of killed processes" in result.stdout

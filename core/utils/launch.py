@@ -22,10 +22,13 @@ from __future__ import annotations
 import multiprocessing as mp
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ..prefetch import is_alive, process_identity
@@ -45,6 +48,31 @@ def watch_launcher(launcher: tuple[int, str], rank: str, poll_s: float = 0.5) ->
         os._exit(1)
 
     threading.Thread(target=run, daemon=True, name="launcher-watch").start()
+
+
+def remove_dead_mp_folders(folder: Path | None = None) -> list[Path]:
+    """Remove the `pymp-*` folders that multiprocessing left in the temp folder when a process
+    of ours was killed (it removes them only at a clean exit); returns them.
+
+    A folder is a dead process's when it is ours and holds only sockets that no live process
+    has bound (/proc/net/unix lists the bound ones); an empty one may be a live process's,
+    just created, and is left alone.
+    """
+    try:
+        table = Path("/proc/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return []
+    bound = {fields[-1] for fields in map(str.split, table) if len(fields) >= 8}
+    removed = []
+    for path in Path(folder or tempfile.gettempdir()).glob("pymp-*"):
+        try:
+            entries = list(path.iterdir()) if path.stat().st_uid == os.getuid() else []
+        except OSError:
+            continue
+        if entries and all(e.is_socket() and str(e) not in bound for e in entries):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,

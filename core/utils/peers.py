@@ -157,6 +157,17 @@ class PeerWatch:
                            f"(killed or frozen)")
 
 
+def broken_collective(err: BaseException) -> bool:
+    """Whether `err` is a collective that broke because a peer went away (c10d's DistError,
+    or gloo's and NCCL's plain RuntimeErrors about a closed connection or a timeout)."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("gloo" in text or "NCCL" in text) and any(
+        word in text for word in ("Connection closed", "Connection reset", "Timed out",
+                                  "timed out", "remote", "Broken pipe"))
+
+
 def _leave(reason: str) -> None:
     print(f"error: {reason}", file=sys.stderr, flush=True)
     os._exit(1)
