@@ -84,7 +84,7 @@ class PeerWatch:
                     return message
         return ""
 
-    def cause(self, wait_s: float = 3.0) -> str:
+    def cause(self, wait_s: float = 2.0) -> str:
         """Why a collective broke, seen from here: the failure another rank posts within
         `wait_s` seconds, else the first rank whose heartbeat stood still meanwhile (it died
         without a word), else "". Asked before this rank reports, so that the first line of
