@@ -50,7 +50,7 @@ from core.schedule import learning_rate_at
 from core.steps import TrainStep, validate
 from core.stop import StopRequest, agree
 from core.utils import dist as dist_utils
-from core.utils import launch
+from core.utils import launch, lock
 from core.utils.files import (
     DiskFull,
     StorageError,
@@ -125,12 +125,17 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
     make_db = functools.partial(dataset, db_config, sys_config=system_config)
     if rank == 0:  # an unwritable or full cache is found now, not at the first snapshot
         probe_writable(system_config.snapshot_dir, "system.cache_dir")
+        lock.acquire(system_config.snapshot_dir, log)
         if system_config.eval_iter:  # nor a missing evaluator at the first evaluation
             require_backend("faster")
             probe_writable(system_config.result_dir, "system.result_dir")
         for path in remove_stale_temp_files(system_config.snapshot_dir):
             log(f"removed {path.name}, left by an interrupted snapshot write")
     training_db = make_db(split=system_config.train_split)
+    evaluate = Evaluator(system_config, functools.partial(make_db, split=system_config.val_split),
+                         rank, world, distributed)
+    if system_config.eval_iter and not args.initialize:
+        evaluate.check(training_db)
     share = deal(system_config, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
@@ -171,6 +176,7 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
         best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
+        evaluate=evaluate,
         counts=resumed.get("counts", {}))
 
 
@@ -196,7 +202,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
             log(f"initial parameters written to {nnet.save_params(0, state(0))}")
         return 0
     saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
-    evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed)
+    evaluate = job.evaluate
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
     wait_stop = (lambda: False) if distributed else stop
@@ -299,7 +305,7 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
     without it the report is printed.
     """
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
-    rank, world, distributed, watch = 0, 1, args.distributed, None
+    rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = args.device
@@ -311,6 +317,7 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
             shared = check_same_config(system_config.full, db_config, args, rank, world)
             if rank == 0:
                 print(f"config {shared} identical on {world} ranks", flush=True)
+        written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         return train(args, system_config, db_config, rank, world, device, distributed, watch)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
@@ -324,8 +331,12 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
         if watch is not None:
             watch.report(text)
+        if status == 2:  # a mistake found at start: nothing was written, no folder is left
+            lock.release_all()
+            lock.remove_empty(*written)
         return status
     finally:
+        lock.release_all()
         if watch is not None:
             watch.close()
         dist_utils.cleanup()

@@ -29,7 +29,7 @@ class ConfigError(ValueError):
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 # Periods where 0 means "never" (display, validation); negative ones are mistakes.
-_PERIODS = ("display", "val_iter")
+_PERIODS = ("display", "val_iter", "eval_iter", "warmup_iters")
 _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_crops",
                 "num_train_images", "num_val_images", "rand_scale_min", "rand_scale_max",
                 "rand_scale_step", "weight_exp")
@@ -68,6 +68,12 @@ def check_system_rules(configs: dict, where: str) -> None:
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 (never) or more, got "
                               f"{configs[key]}")
+    if configs["warmup_factor"] > 1:
+        raise ConfigError(f"{where}: system.warmup_factor must be in (0, 1] (the share of the "
+                          f"learning rate the warm-up starts from), got {configs['warmup_factor']}")
+    if configs["learning_rate"] < 0:
+        raise ConfigError(f"{where}: system.learning_rate must be 0 or more, got "
+                          f"{configs['learning_rate']}")
     if configs["weight_decay"] < 0:
         raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
                           f"{configs['weight_decay']}")

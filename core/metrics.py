@@ -33,19 +33,40 @@ def _number(value: Any) -> Any:
     return value
 
 
-def read_lines(path: Path) -> list[dict]:
-    """The complete lines of a metrics file; a line cut mid-write (a crash) is left out."""
-    lines = []
-    if not path.is_file():
-        return lines
-    for text in path.read_text().splitlines():
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
+def parse_lines(data: bytes) -> tuple[list[dict], list[int]]:
+    """The records of a metrics file's bytes and the numbers of its damaged lines.
+
+    A record is a JSON object with an integer "iteration". A last line without its newline is
+    being written (or was cut by a crash) and is left out silently; any other line that is not
+    a record (not UTF-8, not JSON, edited by hand) is left out and counted as damaged.
+    """
+    records, damaged = [], []
+    lines = data.split(b"\n")
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
             continue
-        if isinstance(line, dict) and isinstance(line.get("iteration"), int):
-            lines.append(line)
-    return lines
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            record = None
+        if (isinstance(record, dict) and isinstance(record.get("iteration"), int)
+                and not isinstance(record["iteration"], bool)):
+            records.append(record)
+        elif number < len(lines):
+            damaged.append(number)
+    return records, damaged
+
+
+def damaged_note(path: Path, damaged: list[int]) -> str:
+    """One line naming the damaged lines of `path` that a reader skipped."""
+    shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+    return (f"{path}: skipped {len(damaged)} damaged line(s) ({shown}): not UTF-8 JSON records "
+            f"with an integer iteration")
+
+
+def read_lines(path: Path) -> list[dict]:
+    """The records of a metrics file (see `parse_lines`); [] when there is none."""
+    return parse_lines(path.read_bytes())[0] if path.is_file() else []
 
 
 class JsonlWriter:
@@ -58,7 +79,8 @@ class JsonlWriter:
     def __init__(self, path: Path, start: int) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        kept = [line for line in read_lines(path) if line["iteration"] <= start]
+        records, self.damaged = parse_lines(path.read_bytes()) if path.is_file() else ([], [])
+        kept = [line for line in records if line["iteration"] <= start]
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text("".join(json.dumps(line) + "\n" for line in kept))
         os.replace(tmp, path)
@@ -148,7 +170,10 @@ def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
     nothing)."""
     if not enabled:
         return Metrics([])
-    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start), BarWriter(bar)]
+    jsonl = JsonlWriter(folder / "metrics.jsonl", start)
+    if jsonl.damaged:  # said once: the file is rewritten without them
+        log(f"note: {damaged_note(jsonl.path, jsonl.damaged)}; dropped from the file")
+    writers: list[Writer] = [jsonl, BarWriter(bar)]
     board = tensorboard_writer(folder / "tb", start, log)
     if board is not None:
         writers.append(board)

@@ -69,8 +69,9 @@ class Best:
         self.record = record
 
     def update(self, iteration: int, ap: float, save: Callable[[Path], None]) -> bool:
-        """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did."""
-        if self.record is not None and ap <= self.record["AP"]:
+        """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did.
+        A negative AP (COCO's -1: nothing could be scored) is never a best."""
+        if ap < 0 or (self.record is not None and ap <= self.record["AP"]):
             return False
         self.record = {"iteration": iteration, "AP": float(ap)}
         save(self.path)
@@ -114,6 +115,8 @@ class Saver:
         if best.update(iteration, ap, lambda path: self.nnet.save_params(
                 iteration, self.state(iteration), path=path)):
             self.log(f"iteration {iteration}: AP {ap:.4f}, the best so far: {best.path.name}")
+        elif before is None:
+            self.log(f"iteration {iteration}: AP {ap:.4f}: nothing could be scored, not a best")
         else:
             self.log(f"iteration {iteration}: AP {ap:.4f} (best {before['AP']:.4f} at "
                      f"iteration {before['iteration']})")

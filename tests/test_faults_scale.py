@@ -7,6 +7,7 @@ these cases; keep the two in step.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -26,7 +27,7 @@ from tests._train_helpers import (
     torchrun_cmd,
     write_config,
 )
-from tests.test_faults import NAME, cache, load, wait_gone
+from tests.test_faults import NAME, cache, load, one_line_error, wait_gone
 
 
 def make_only_best(tmp_path, coco128, iteration=2, ap=0.25):
@@ -199,3 +200,57 @@ def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, 
     assert not list((tmp_path / "tmp").glob("pymp-*"))
     if left:
         assert f"removed {len(left)} temp folder(s) of killed processes" in result.stdout
+
+
+# Class 4: every evaluation problem found before training.
+
+def val_file(tmp_path, coco128, change) -> str:
+    """The coco128 validation annotations changed by `change(data)`, or None to remove it."""
+    data = json.loads((coco128 / "annotations" / "instances_coco128_val.json").read_text())
+    path = tmp_path / "val.json"
+    if change == "missing":
+        return str(path)
+    if change == "malformed":
+        path.write_text(json.dumps(data)[:-40])
+        return str(path)
+    change(data)
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def _ten_classes(data):
+    keep = {c["id"] for c in data["categories"][:10]}
+    data["categories"] = data["categories"][:10]
+    data["annotations"] = [a for a in data["annotations"] if a["category_id"] in keep]
+
+
+def _other_ids(data):  # the same 80 classes under ids shifted by 1000
+    for category in data["categories"]:
+        category["id"] += 1000
+    for annotation in data["annotations"]:
+        annotation["category_id"] += 1000
+
+
+def _no_images(data):
+    data["images"], data["annotations"] = [], []
+
+
+@pytest.mark.parametrize("change, words", [
+    ("missing", ["validation split 'val'", "val.json", "not found"]),
+    ("malformed", ["validation split 'val'", "val.json", "malformed JSON"]),
+    (_ten_classes, ["validation split 'val'", "val.json", "10 categories"]),
+    (_other_ids, ["val.json", "category ids", "differ from the training split's", "[1, 2, 3"]),
+    (_no_images, ["val.json", "no images", "system.eval_iter to 0"]),
+])
+def test_a_validation_split_that_cannot_be_scored_is_one_line_before_training(
+        tmp_path, coco128, change, words):
+    annotations = {"train": str(coco128 / "annotations" / "instances_coco128_train.json"),
+                   "val": val_file(tmp_path, coco128, change)}
+    result = run_train(write_config(tmp_path, coco128, eval_iter=100, annotations=annotations))
+    one_line_error(result, *words)
+    assert "iteration 1:" not in result.stdout
+    assert not list(cache(tmp_path).glob("*.pkl"))
+
+
+def test_a_negative_eval_iter_is_one_line(tmp_path, coco128):
+    one_line_error(run_train(write_config(tmp_path, coco128, eval_iter=-1)), "system.eval_iter")

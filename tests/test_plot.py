@@ -53,11 +53,13 @@ def test_a_last_line_cut_mid_write_is_left_out(tmp_path):
     assert plot_metrics.read_metrics(path) == records
 
 
-def test_a_damaged_line_before_the_last_is_an_error_naming_it(tmp_path):
+def test_damaged_lines_before_the_last_are_skipped_and_named_once(tmp_path, capsys):
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps(training_line(10)) + "\n{oops\n" + json.dumps(training_line(20)))
-    with pytest.raises(plot_metrics.MetricsError, match="line 2 is not JSON"):
-        plot_metrics.read_metrics(path)
+    path.write_bytes(json.dumps(training_line(10)).encode() + b"\n{oops\n\xff\xfe\n"
+                     + json.dumps(training_line(20)).encode() + b"\n")
+    assert plot_metrics.read_metrics(path) == [training_line(10), training_line(20)]
+    warnings = capsys.readouterr().err.strip().splitlines()
+    assert len(warnings) == 1 and "skipped 2 damaged line(s) (2, 3)" in warnings[0]
 
 
 def test_selects_losses_lr_and_ap_series_with_their_values():

@@ -143,6 +143,14 @@ def test_best_is_replaced_only_by_a_higher_ap():
     assert best.record == {"iteration": 20, "AP": 0.4} and len(saved) == 2
 
 
+def test_an_ap_of_minus_one_is_never_the_best():
+    """COCO's -1 means nothing could be scored (an empty split): not a result to keep."""
+    saved = []
+    best = Best(path=None, record=None)
+    assert not best.update(5, -1.0, saved.append)
+    assert best.record is None and not saved
+
+
 class Diverging:
     """A factory whose steps are non-finite from step `first_bad` on."""
 

@@ -14,12 +14,13 @@ never shows half an image. matplotlib is an optional extra: pip install -e ".[pl
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from core.metrics import damaged_note, parse_lines
 
 AP_KEYS = ("AP", "AP50", "AP75")
 PANEL_INCHES = (9.0, 3.0)
@@ -51,29 +52,18 @@ def read_metrics(path: Path) -> list[dict]:
     """The records of a metrics.jsonl file, in file order.
 
     The last line may be cut mid-write by a running trainer and is then left out; any other
-    line that is not a JSON object with an integer "iteration" is an error naming it.
+    line that is not a JSON object with an integer "iteration" is skipped, and said once.
     """
     try:
-        lines = path.read_text().split("\n")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise MetricsError(f"no metrics file at {path}: train with this config first, or "
                            f"name the file (or --cache-dir) the run wrote to") from None
     except OSError as err:
         raise MetricsError(f"cannot read {path}: {err.strerror}") from None
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if number == len(lines):  # no newline after it yet: still being written
-                continue
-            raise MetricsError(f"{path} line {number} is not JSON: the file is damaged; "
-                               f"remove that line") from None
-        if not isinstance(record, dict) or not _is_int(record.get("iteration")):
-            raise MetricsError(f"{path} line {number} has no integer \"iteration\"")
-        records.append(record)
+    records, damaged = parse_lines(data)
+    if damaged:
+        print(f"warning: {damaged_note(path, damaged)}", file=sys.stderr)
     return records
 
 
