@@ -249,8 +249,48 @@ def test_a_validation_split_that_cannot_be_scored_is_one_line_before_training(
     result = run_train(write_config(tmp_path, coco128, eval_iter=100, annotations=annotations))
     one_line_error(result, *words)
     assert "iteration 1:" not in result.stdout
-    assert not list(cache(tmp_path).glob("*.pkl"))
+    # Nothing written: not even the empty snapshot and result folders the start-up checks made.
+    assert not (tmp_path / "cache" / "nnet").exists() and not (tmp_path / "results").exists()
 
 
 def test_a_negative_eval_iter_is_one_line(tmp_path, coco128):
     one_line_error(run_train(write_config(tmp_path, coco128, eval_iter=-1)), "system.eval_iter")
+
+
+# Class 5: our own files turning against us.
+
+def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=2, snapshot=2, val_iter=0)
+    assert run_train(config_dir).returncode == 0
+    metrics = cache(tmp_path) / "metrics.jsonl"
+    first, rest = metrics.read_bytes().split(b"\n", 1)
+    metrics.write_bytes(first + b"\n\xff\xfe not ours\n" + rest)
+    later = write_config(tmp_path, coco128, max_iter=3, snapshot=3, val_iter=0)
+    result = run_train(later, "--iter", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = [line for line in result.stdout.splitlines() if "damaged line" in line]
+    assert len(said) == 1 and str(metrics) in said[0] and "skipped 1 damaged line(s) (2)" in said[0]
+    lines = metrics.read_bytes().decode().splitlines()  # UTF-8 again, each iteration once
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+
+
+def test_a_second_run_on_the_same_snapshot_folder_is_refused_naming_the_first(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
+    first = Training(config_dir)
+    try:
+        first.wait_for(r"iteration 1: loss")
+        second = run_train(config_dir, timeout=60)
+        one_line_error(second, str(cache(tmp_path)), f"pid {first.proc.pid}", "in use",
+                       "system.snapshot_name")
+        lock = json.loads((cache(tmp_path) / ".lock").read_text())
+        assert lock["pid"] == first.proc.pid
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait()
+    finally:
+        first.kill()
+    # The killed run's lock is stale: the next run takes it over and says so.
+    result = run_train(config_dir, "--initialize")
+    assert result.returncode == 0, result.stdout + result.stderr
+    took = [line for line in result.stdout.splitlines() if "took over" in line]
+    assert len(took) == 1 and f"pid {first.proc.pid}) is no longer running" in took[0]
+    assert not (cache(tmp_path) / ".lock").exists()  # released at the end
