@@ -257,3 +257,22 @@ def test_results_never_leave_the_results_folder(tiny_coco):
     assert inside == tiny_coco / "results" / "CocoTiny" / "0" / "val"
     with pytest.raises(test_script.UsageError, match="outside system.result_dir"):
         test_script.result_folder(args, system_config, 0, "../../../elsewhere")
+
+
+def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
+    """A journal line edited by hand (or a flipped byte) made every rerun fail; now the rerun
+    names the file and the line, redoes from there and says how to start afresh."""
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    code, _ = _interrupt_after(tiny_coco, 8, lambda p: p.kill())
+    assert code == -signal.SIGKILL
+    lines = journal.read_bytes().split(b"\n")
+    lines[2] = b'{"id": "not a number", "dets": {}}'  # the second image
+    lines[3] = b"\xff" + lines[3]
+    journal.write_bytes(b"\n".join(lines))
+    done = cli(tiny_coco, "--images", 8)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "is damaged" in line]
+    assert len(said) == 1 and str(journal) in said[0]
+    assert "resuming: 1 images already done" in said[0] and "line 3 is damaged" in said[0]
+    assert "--no-resume" in said[0]
+    assert json.loads((out_dir(tiny_coco) / "metrics.json").read_text())["num_images"] == 8
