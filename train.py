@@ -94,7 +94,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--procs-per-node", default=None, type=int,
                         help="training processes per node (default: one per GPU, or 1 without "
                              "GPUs)")
-    parser.add_argument("--dry-run", default=0, type=int, metavar="N",
+    parser.add_argument("--dry-run", default=None, type=int, metavar="N",
                         help="only take N batches through the data path, print its figures "
                              "(images/s, bytes per image, reading/augmenting/queueing) and exit")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
@@ -184,7 +184,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
           distributed: bool, watch=None) -> int:
     """Build everything for this rank and run the loop; returns the exit status."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
-    if args.dry_run:
+    if args.dry_run is not None:
         return data_only(args, system_config, db_config, rank, world, device, log)
     stop = StopRequest()
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
@@ -307,6 +307,7 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
     rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
+        check_args(args)  # again here: torchrun's processes start without main's checks
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = args.device
         if distributed:
@@ -365,6 +366,15 @@ def tidy_temp() -> None:
         print(f"removed {len(left)} temp folder(s) of killed processes ({left[0].parent}/pymp-*)")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Counts on the command line that cannot be right, before anything starts."""
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (prefetch processes per rank), got "
+                          f"{args.workers}")
+    if args.dry_run is not None and args.dry_run < 1:
+        raise ConfigError(f"--dry-run must be at least 1 (batches to time), got {args.dry_run}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if dist_utils.launched_by_torchrun():
@@ -372,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         launch.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run(0, 1, args)
     try:
+        check_args(args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
             preflight(args, 1, data=False)
             tidy_temp()

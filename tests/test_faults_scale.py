@@ -294,3 +294,24 @@ def test_a_second_run_on_the_same_snapshot_folder_is_refused_naming_the_first(tm
     took = [line for line in result.stdout.splitlines() if "took over" in line]
     assert len(took) == 1 and f"pid {first.proc.pid}) is no longer running" in took[0]
     assert not (cache(tmp_path) / ".lock").exists()  # released at the end
+
+
+# Class 6: values at the edges.
+
+EVERYTHING = ["br_heats", "br_modules", "br_offs", "br_tags", "hg", "tl_heats", "tl_modules",
+              "tl_offs", "tl_tags"]
+
+
+@pytest.mark.parametrize("extra, system, words", [
+    (["--workers", "0"], {}, ["--workers must be at least 1"]),
+    (["--workers", "0", "--dry-run", "2"], {}, ["--workers must be at least 1"]),
+    (["--dry-run", "0"], {}, ["--dry-run must be at least 1"]),
+    ([], {"warmup_factor": 2.0}, ["system.warmup_factor", "(0, 1]"]),
+    ([], {"warmup_iters": -5}, ["system.warmup_iters"]),
+    ([], {"freeze": EVERYTHING}, ["system.freeze", "every parameter"]),
+])
+def test_values_at_the_edges_are_one_line(tmp_path, coco128, extra, system, words):
+    result = run_train(write_config(tmp_path, coco128, **system), *extra)
+    one_line_error(result, *words)
+    assert "iteration 1:" not in result.stdout
+    assert not (tmp_path / "cache" / "nnet").exists()
