@@ -253,7 +253,8 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
             if iteration > start:  # every rank is here: they stopped together through agree
-                saver.save(iteration)
+                with stop.finishing():
+                    saver.save(iteration)
                 log(f"stopped by signal after iteration {iteration}; snapshot "
                     f"{system_config.snapshot_file(iteration)}")
             return stop.exit_status

@@ -315,3 +315,29 @@ def test_values_at_the_edges_are_one_line(tmp_path, coco128, extra, system, word
     one_line_error(result, *words)
     assert "iteration 1:" not in result.stdout
     assert not (tmp_path / "cache" / "nnet").exists()
+
+
+# Class 7: interrupts.
+
+def test_a_second_ctrl_c_during_the_stop_snapshot_write_keeps_the_snapshot(tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
+    run = Training(config_dir)
+    try:
+        run.wait_for(r"iteration 2: loss")
+        run.proc.send_signal(signal.SIGINT)
+        deadline, seen = time.monotonic() + 60, False
+        while not seen and time.monotonic() < deadline:
+            seen = bool(list(cache(tmp_path).glob(".*.tmp")))  # the stop snapshot is writing
+            time.sleep(0.001)
+        run.proc.send_signal(signal.SIGINT)
+        code, _, output = run.finish(timeout=60)
+    finally:
+        run.kill()
+    assert seen, "the stop snapshot's write was not caught"
+    assert code == 128 + signal.SIGINT
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    stopped = [line for line in output.splitlines() if "stopped by signal after iteration" in line]
+    assert len(stopped) == 1, output
+    iteration = int(stopped[0].split("after iteration ")[1].split(";")[0])
+    assert load(cache(tmp_path) / f"{NAME}_{iteration}.pkl")["iteration"] == iteration
+    assert not list(cache(tmp_path).glob(".*.tmp")) and not (cache(tmp_path) / ".lock").exists()
