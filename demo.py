@@ -22,6 +22,7 @@ from core.dbs import datasets
 from core.inference import test_func
 from core.inference.cli import UsageError, run_cli
 from core.nnet.py_factory import NetworkFactory
+from core.utils.files import StorageError, probe_writable
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 
@@ -97,10 +98,10 @@ def main(args: argparse.Namespace) -> list[Path]:
     if not snapshot.is_file():
         raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist; "
                          "pick --testiter")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot create --out {args.out}: {err.strerror or err}") from None
+    try:  # an unwritable --out is found now, not after the first image
+        probe_writable(args.out, "--out")
+    except StorageError as err:
+        raise UsageError(str(err)) from None
 
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
