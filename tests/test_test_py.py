@@ -276,3 +276,19 @@ def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
     assert "resuming: 1 images already done" in said[0] and "line 3 is damaged" in said[0]
     assert "--no-resume" in said[0]
     assert json.loads((out_dir(tiny_coco) / "metrics.json").read_text())["num_images"] == 8
+
+
+def test_system_snapshot_name_is_where_the_snapshots_are_found(tiny_coco):
+    """train.py, demo.py and plot_metrics read snapshots under system.snapshot_name; test.py
+    used the config name and found none of that run's snapshots."""
+    config_file = tiny_coco / "configs" / "CocoTiny.json"
+    config = json.loads(config_file.read_text())
+    config["system"]["snapshot_name"] = "Renamed"
+    config_file.write_text(json.dumps(config))
+    old = tiny_coco / "cache" / "nnet" / "CocoTiny"
+    new = tiny_coco / "cache" / "nnet" / "Renamed"
+    new.mkdir()
+    (old / "CocoTiny_0.pkl").rename(new / "Renamed_0.pkl")
+    done = cli(tiny_coco, "--images", 2)
+    assert done.returncode == 0, done.stderr
+    assert f"loading {new / 'Renamed_0.pkl'}" in done.stdout
