@@ -351,6 +351,7 @@ def preflight(args, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
+    dist_utils.check_device(args.device)
     check_runtime(system_config, torch.device(args.device) if args.device else default_device())
     check_model_fit(system_config.model or system_config.snapshot_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]

@@ -341,3 +341,16 @@ def test_a_second_ctrl_c_during_the_stop_snapshot_write_keeps_the_snapshot(tmp_p
     iteration = int(stopped[0].split("after iteration ")[1].split(";")[0])
     assert load(cache(tmp_path) / f"{NAME}_{iteration}.pkl")["iteration"] == iteration
     assert not list(cache(tmp_path).glob(".*.tmp")) and not (cache(tmp_path) / ".lock").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the case needs a machine without a GPU")
+@pytest.mark.parametrize("extra", [[], ["--distributed", "--world-size", "1",
+                                        "--procs-per-node", "2"]])
+def test_a_device_the_machine_does_not_have_is_one_line_before_any_process(
+        tmp_path, coco128, extra):
+    run = Training(write_config(tmp_path, coco128), "--device", "cuda", *extra)
+    status, _, output = run.finish(timeout=60)
+    assert status == 2 and output.strip().splitlines() == [
+        f"error: --device cuda: this machine has no usable GPU (torch {torch.__version__}, "
+        f"CUDA not built in); use --device cpu or leave --device out"]
+    assert not run.seen

@@ -41,6 +41,25 @@ def procs_per_node(requested: int | None) -> int:
     return requested or gpus or 1
 
 
+def check_device(text: str | None) -> None:
+    """Refuse a --device this machine does not have (before any process starts)."""
+    if text is None:
+        return
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ConfigError(f"--device {text}: expected cpu, cuda or cuda:<index>")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device {text}: this machine has no usable GPU (torch "
+                          f"{torch.__version__}, CUDA {torch.version.cuda or 'not built in'}); "
+                          f"use --device cpu or leave --device out")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ConfigError(f"--device {text}: this machine has {torch.cuda.device_count()} GPUs "
+                          f"(cuda:0 to cuda:{torch.cuda.device_count() - 1})")
+
+
 def placement(args: Any, local_rank: int, procs: int) -> tuple[int, int, int, str]:
     """(rank, world size, local rank, init url) of this process, under torchrun or ours."""
     if launched_by_torchrun():
