@@ -351,6 +351,6 @@ def test_a_device_the_machine_does_not_have_is_one_line_before_any_process(
     run = Training(write_config(tmp_path, coco128), "--device", "cuda", *extra)
     status, _, output = run.finish(timeout=60)
     assert status == 2 and output.strip().splitlines() == [
-        f"error: --device cuda: this machine has no usable GPU (torch {torch.__version__}, "
-        f"CUDA not built in); use --device cpu or leave --device out"]
+        (f"error: --device cuda: this machine has no usable GPU (torch {torch.__version__}, "
+         f"CUDA not built in); use --device cpu or leave --device out")]
     assert not run.seen
