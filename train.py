@@ -316,6 +316,8 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
             device = dist_utils.init(args.dist_backend, url, world, rank, local_rank,
                                      world // max(args.world_size, 1))
             watch = dist_utils.watch_peers(url, rank, world, say)
+            if watch is not None:
+                launch.before_leaving.append(watch.report)
             shared = check_same_config(system_config.full, db_config, args, rank, world)
             if rank == 0:
                 print(f"config {shared} identical on {world} ranks", flush=True)

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from ..config import ConfigError
 from . import rendezvous
+from .launch import end_now
 from .peers import PeerWatch, store_address
 
 
@@ -81,7 +82,7 @@ def watch_peers(url: str, rank: int, world: int,
     def leave(reason: str) -> None:
         print(flush=True)  # end the progress bar's line: the process ends without closing it
         say(f"error: {reason}")
-        os._exit(1)
+        end_now(1)
 
     return PeerWatch(address, rank, world, leave)
 

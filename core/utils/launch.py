@@ -19,6 +19,7 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import multiprocessing.connection
 import os
@@ -36,6 +37,23 @@ from ..prefetch import is_alive, process_identity
 STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
 
+# Called with the reason before a rank leaves because its launcher is gone: the PeerWatch's
+# `report`, so that the ranks of other nodes learn it at once, not from a broken collective.
+before_leaving: list[Callable[[str], None]] = []
+
+
+def end_now(status: int) -> None:
+    """End this process at once (`os._exit`: its main thread may be stuck in a collective),
+    with its fork server: left alone, that one outlives the process by seconds."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    os._exit(status)
+
+
 def watch_launcher(launcher: tuple[int, str], rank: str, poll_s: float = 0.5) -> None:
     """Leave (os._exit(1), saying so) within `poll_s` seconds of the death of the process
     `launcher` (a `process_identity`). This process's prefetch workers watch it in turn."""
@@ -43,9 +61,12 @@ def watch_launcher(launcher: tuple[int, str], rank: str, poll_s: float = 0.5) ->
     def run() -> None:
         while is_alive(launcher):
             time.sleep(poll_s)
-        print(f"error: {rank} stopping: its launcher (pid {launcher[0]}) is gone (killed?); "
-              f"the run ends here, resume it with --iter latest", file=sys.stderr, flush=True)
-        os._exit(1)
+        reason = f"its launcher (pid {launcher[0]}) is gone (killed?)"
+        for tell in before_leaving:
+            tell(reason)
+        print(f"error: {rank} stopping: {reason}; the run ends here, resume it with --iter "
+              f"latest", file=sys.stderr, flush=True)
+        end_now(1)
 
     threading.Thread(target=run, daemon=True, name="launcher-watch").start()
 
