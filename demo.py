@@ -22,6 +22,7 @@ from core.errors import UsageError
 from core.inference import test_func
 from core.nnet.checkpoint import require_snapshot
 from core.nnet.py_factory import NetworkFactory
+from core.utils.files import StorageError, probe_writable
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 
@@ -102,10 +103,10 @@ def main(args: argparse.Namespace) -> list[Path]:
     outputs = output_files(inputs, args.out)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     require_snapshot(system_config, testiter, "pick --testiter")
-    try:
-        args.out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot create --out {args.out}: {err.strerror or err}") from None
+    try:  # an unwritable --out is found now, not after the first image
+        probe_writable(args.out, "--out")
+    except StorageError as err:
+        raise UsageError(str(err)) from None
 
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")

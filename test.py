@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,9 @@ WEIGHTS = {"ema": "the average of the weights (system.ema_decay; --raw-weights f
 
 
 def snapshot_arg(text: str) -> int | str:
-    """--testiter: an iteration number or 'best'."""
-    if text == "best":
+    """--testiter: an iteration number, 'best', or 'best.aside<k>' (a best snapshot that a later
+    run moved aside)."""
+    if re.fullmatch(r"best(\.aside\d+)?", text):
         return text
     try:
         return int(text)
@@ -180,7 +182,9 @@ def summary(run: DetectionRun, seconds: float, device: torch.device, evaluation:
 def main(args: argparse.Namespace) -> dict | None:
     system_config, db_config = load_config(settings_name(args), args.config_dir)
     # A suffix config holds other test settings for the same network and snapshots.
-    system_config.full["snapshot_name"] = args.cfg_file
+    if settings_name(args) != args.cfg_file:
+        system_config.full["snapshot_name"] = load_config(
+            args.cfg_file, args.config_dir)[0].snapshot_name
     if system_config.model is None:
         system_config.full["model"] = args.cfg_file
     split = split_key(args, system_config)

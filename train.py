@@ -19,7 +19,6 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, SystemConfig
 from core.data.prefetch import Prefetcher
 from core.engine.build import build, data_only
-from core.engine.evaluation import Evaluator
 from core.engine.launch import launch
 from core.engine.metrics import EVAL_KEYS, Throughput, display_line, open_metrics, training_values
 from core.engine.schedule import due, learning_rate_at
@@ -58,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--procs-per-node", default=None, type=int,
                         help="training processes per node (default: one per GPU, or 1 without "
                              "GPUs)")
-    parser.add_argument("--dry-run", default=0, type=int, metavar="N",
+    parser.add_argument("--dry-run", default=None, type=int, metavar="N",
                         help="only take N batches through the data path, print its figures "
                              "(images/s, bytes per image, reading/augmenting/queueing) and exit")
     parser.add_argument("--device", default=None,
@@ -73,7 +72,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
           world: int, device, distributed: bool, watch: PeerWatch | None = None) -> int:
     """Build everything for this rank and run the loop; returns the exit status."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
-    if args.dry_run:
+    if args.dry_run is not None:
         return data_only(args, system_config, db_config, rank, world, device, log)
     stop = StopRequest()
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
@@ -83,7 +82,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
             log(f"initial parameters written to {nnet.save_params(0, job.state(0))}")
         return 0
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
-    evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed)
+    evaluate = job.evaluate
     speed = Throughput()
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
@@ -138,7 +137,8 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
             if iteration > start:  # every rank is here: they stopped together through agree
-                saver.save(iteration)
+                with stop.finishing():
+                    saver.save(iteration)
                 log(f"stopped by signal after iteration {iteration}; snapshot "
                     f"{system_config.snapshot_file(iteration)}")
             return stop.exit_status

@@ -21,7 +21,7 @@ def test_max_iter_below_one_is_refused(value):
                                 f"iteration to train), got {value}")
 
 
-@pytest.mark.parametrize("key", ["display", "val_iter"])
+@pytest.mark.parametrize("key", ["display", "val_iter", "eval_iter", "warmup_iters"])
 def test_periods_may_be_zero_but_not_negative(key):
     assert getattr(SystemConfig().update_config({key: 0}), key) == 0
     with pytest.raises(ConfigError, match=f"system.{key} must be 0 \\(never\\) or more, got -1"):
@@ -127,4 +127,26 @@ def test_every_shipped_config_passes_the_rules():
         load_config(path.stem)
 
 
-# --------------------------------------------------------------------------------- model fit
+@pytest.mark.parametrize("system, words", [
+    ({"warmup_factor": 1.5}, "system.warmup_factor must be in (0, 1]"),
+    ({"warmup_factor": 0}, "system.warmup_factor must be greater than 0"),
+    ({"learning_rate": -0.1}, "system.learning_rate must be 0 or more, got -0.1"),
+    ({"seed": -1}, "system.seed must be 0 or more"),
+])
+def test_system_values_at_the_edges_are_refused(system, words):
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config(system)
+    assert words in one_line(caught)
+
+
+@pytest.mark.parametrize("db, words", [
+    ({"gaussian_iou": 1.0}, "db.gaussian_iou must be between 0 and 1"),
+    ({"gaussian_iou": 0}, "db.gaussian_iou must be between 0 and 1"),
+    ({"gaussian_radius": -2}, "db.gaussian_radius must be -1"),
+    ({"rand_scale_min": 1.5, "rand_scale_max": 1.2}, "db.rand_scale_min 1.5 is above"),
+    ({"att_thresholds": [1.5]}, "db.att_thresholds must be scores between 0 and 1"),
+])
+def test_db_values_at_the_edges_are_refused(db, words):
+    with pytest.raises(ConfigError) as caught:
+        check_db_config(db, "db config")
+    assert words in one_line(caught)

@@ -1,10 +1,11 @@
 """demo.py: pictures of the user's own files, never over an input, one line per mistake."""
 
 import shutil
+import subprocess
 
 import cv2
 import pytest
-from _tiny_coco import make_tiny_coco, run
+from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
 
 from demo import output_files
 
@@ -98,3 +99,24 @@ def test_mistakes_are_one_line(tiny_coco, coco128, args, words):
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in done.stderr
+
+
+def test_an_unwritable_out_is_one_line_before_any_image(tiny_coco, coco128):
+    """A read-only --out (a mount, as root ignores permissions) is found before the network is
+    built and the first image drawn."""
+    from test_faults import in_mount_namespace
+
+    out = tiny_coco / "ro"
+    out.mkdir()
+    cmd = script("demo.py", "CocoTiny", "--testiter", 0, "--device", "cpu", "--config-dir",
+                 tiny_coco / "configs", "--images", coco128 / "images" / "000000000529.jpg",
+                 "--out", out)
+    done = subprocess.run(in_mount_namespace(f"mount -t tmpfs -o ro,size=1m none {out}", cmd),
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=script_env(), check=False)
+    if "unshare" in done.stderr and "Operation not permitted" in done.stderr:
+        pytest.skip("this machine does not allow private mount namespaces (unshare -rm)")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"error: cannot write in {out}") and "--out" in lines[0]
+    assert "detections above" not in done.stdout and not list(out.iterdir())

@@ -3,7 +3,9 @@ history."""
 
 from __future__ import annotations
 
-from core.engine.snapshots import Best, drop_later_best, latest, numbered, prune
+import torch
+
+from core.engine.snapshots import Best, latest, numbered, prune, set_aside_later_best
 from tests.test_precision import factory, tiny_config
 
 
@@ -50,12 +52,24 @@ def test_best_is_replaced_only_by_a_higher_ap():
     assert best.record == {"iteration": 20, "AP": 0.4} and len(saved) == 2
 
 
-def test_a_best_snapshot_from_after_the_resumed_iteration_is_removed(tmp_path, tiny_db):
+def test_an_ap_of_minus_one_is_never_the_best():
+    """COCO's -1 means nothing could be scored (an empty split): not a result to keep."""
+    saved = []
+    best = Best(path=None, record=None)
+    assert not best.update(5, -1.0, saved.append)
+    assert best.record is None and not saved
+
+
+def test_a_best_snapshot_from_after_the_resumed_iteration_is_moved_aside(tmp_path, tiny_db):
     nnet = factory(tmp_path, tiny_db)
     path = nnet.system_config.snapshot_file("best")
     nnet.save_params(8, {"best": {"iteration": 8, "AP": 0.5}}, path=path)
     said = []
-    drop_later_best(path, 10, said.append)
+    set_aside_later_best(path, 10, said.append)
     assert path.is_file() and not said
-    drop_later_best(path, 6, said.append)
-    assert not path.exists() and "P_best.pkl" in said[0]
+    assert set_aside_later_best(path, 6, said.append) == path.with_name("P_best.aside1.pkl")
+    assert not path.exists() and "P_best.pkl" in said[0] and "P_best.aside1.pkl" in said[0]
+    assert torch.load(path.with_name("P_best.aside1.pkl"), weights_only=True)["best"] == \
+        {"iteration": 8, "AP": 0.5}
+    nnet.save_params(9, {"best": {"iteration": 9, "AP": 0.6}}, path=path)
+    assert set_aside_later_best(path, 0, said.append).name == "P_best.aside2.pkl"

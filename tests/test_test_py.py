@@ -260,3 +260,38 @@ def test_results_never_leave_the_results_folder(tiny_coco):
     assert inside == tiny_coco / "results" / "CocoTiny" / "0" / "val"
     with pytest.raises(test_script.UsageError, match="outside system.result_dir"):
         test_script.result_folder(args, system_config, 0, "../../../elsewhere")
+
+
+def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
+    """A journal line edited by hand (or a flipped byte) made every rerun fail; now the rerun
+    names the file and the line, redoes from there and says how to start afresh."""
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    code, _ = _interrupt_after(tiny_coco, 8, lambda p: p.kill())
+    assert code == -signal.SIGKILL
+    lines = journal.read_bytes().split(b"\n")
+    lines[2] = b'{"id": "not a number", "dets": {}}'  # the second image
+    lines[3] = b"\xff" + lines[3]
+    journal.write_bytes(b"\n".join(lines))
+    done = cli(tiny_coco, "--images", 8)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "is damaged" in line]
+    assert len(said) == 1 and str(journal) in said[0]
+    assert "resuming: 1 images already done" in said[0] and "line 3 is damaged" in said[0]
+    assert "--no-resume" in said[0]
+    assert json.loads((out_dir(tiny_coco) / "metrics.json").read_text())["num_images"] == 8
+
+
+def test_system_snapshot_name_is_where_the_snapshots_are_found(tiny_coco):
+    """train.py, demo.py and plot_metrics read snapshots under system.snapshot_name; test.py
+    used the config name and found none of that run's snapshots."""
+    config_file = tiny_coco / "configs" / "CocoTiny.json"
+    config = json.loads(config_file.read_text())
+    config["system"]["snapshot_name"] = "Renamed"
+    config_file.write_text(json.dumps(config))
+    old = tiny_coco / "cache" / "nnet" / "CocoTiny"
+    new = tiny_coco / "cache" / "nnet" / "Renamed"
+    new.mkdir()
+    (old / "CocoTiny_0.pkl").rename(new / "Renamed_0.pkl")
+    done = cli(tiny_coco, "--images", 2)
+    assert done.returncode == 0, done.stderr
+    assert f"loading {new / 'Renamed_0.pkl'}" in done.stdout

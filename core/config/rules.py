@@ -23,7 +23,7 @@ from ..errors import ConfigError
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 # Periods where 0 means "never" (display, validation); negative ones are mistakes.
-_PERIODS = ("display", "val_iter")
+_PERIODS = ("display", "val_iter", "eval_iter", "warmup_iters")
 _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_crops",
                 "num_train_images", "num_val_images", "rand_scale_min", "rand_scale_max",
                 "rand_scale_step", "weight_exp")
@@ -62,6 +62,15 @@ def check_system_rules(configs: dict, where: str) -> None:
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 (never) or more, got "
                               f"{configs[key]}")
+    if configs["warmup_factor"] > 1:
+        raise ConfigError(f"{where}: system.warmup_factor must be in (0, 1] (the share of the "
+                          f"learning rate the warm-up starts from), got {configs['warmup_factor']}")
+    if configs["seed"] < 0:
+        raise ConfigError(f"{where}: system.seed must be 0 or more (numpy's generators take no "
+                          f"negative seed), got {configs['seed']}")
+    if configs["learning_rate"] < 0:
+        raise ConfigError(f"{where}: system.learning_rate must be 0 or more, got "
+                          f"{configs['learning_rate']}")
     if configs["weight_decay"] < 0:
         raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
                           f"{configs['weight_decay']}")
@@ -113,6 +122,18 @@ def check_db_rules(configs: dict, where: str) -> None:
     for key in _NON_NEGATIVE_DB:
         if configs[key] < 0:
             raise ConfigError(f"{where}: db.{key} must be 0 or more, got {configs[key]}")
+    if not 0 < configs["gaussian_iou"] < 1:
+        raise ConfigError(f"{where}: db.gaussian_iou must be between 0 and 1 (the overlap a "
+                          f"corner's radius keeps), got {configs['gaussian_iou']}")
+    if configs["gaussian_radius"] < -1:
+        raise ConfigError(f"{where}: db.gaussian_radius must be -1 (from gaussian_iou) or 0 "
+                          f"or more, got {configs['gaussian_radius']}")
+    if configs["rand_scale_min"] > configs["rand_scale_max"]:
+        raise ConfigError(f"{where}: db.rand_scale_min {configs['rand_scale_min']} is above "
+                          f"db.rand_scale_max {configs['rand_scale_max']}")
+    if not all(_is_number(t) and 0 <= t <= 1 for t in configs["att_thresholds"]):
+        raise ConfigError(f"{where}: db.att_thresholds must be scores between 0 and 1, got "
+                          f"{configs['att_thresholds']}")
     for key in _PATH_DICTS:
         paths = configs[key]
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):

@@ -260,11 +260,12 @@ class Prefetcher:
         self.next += 1
         return payload, meta
 
-    def close(self) -> None:
-        """Stop the workers and threads; leaves no child process behind."""
+    def close(self, at_once: bool = False) -> None:
+        """Stop the workers and threads; leaves no child process behind. `at_once` (the trainer
+        is failing) kills the workers instead of letting them finish their batch."""
         self._stop.set()
         self._thread_stop.set()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + (0 if at_once else 5)
         for proc in self.procs:
             proc.join(timeout=max(0.0, deadline - time.monotonic()))
         for proc in self.procs:
@@ -281,7 +282,7 @@ class Prefetcher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(at_once=exc[0] is not None)
 
 
 def _copy_out(ring: dict[str, torch.Tensor], slot: int, pin: bool) -> dict[str, torch.Tensor]:

@@ -27,9 +27,11 @@ from ..inference.coco_eval import require_backend
 from ..nnet.py_factory import NetworkFactory
 from ..sample import data_sampling_func
 from ..utils import dist as dist_utils
+from ..utils import lock
 from ..utils.device import resolve_device
 from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_files, snapshot_bytes
 from . import snapshots
+from .evaluation import Evaluator
 from .metrics import DataCounts
 from .steps import TrainStep
 
@@ -57,6 +59,7 @@ class Run:
     make_train_db: Callable[[], Any]
     make_val_db: Callable[[], Any]
     best: snapshots.Best
+    evaluate: Evaluator
     step: TrainStep
     counts: DataCounts
 
@@ -85,6 +88,7 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
 def _check_storage(system_config: SystemConfig, log: Log) -> None:
     """Rank 0: an unwritable cache, a missing evaluator or results folder now, not later."""
     probe_writable(system_config.snapshot_dir, "system.cache_dir")
+    lock.acquire(system_config.snapshot_dir, log)
     if system_config.eval_iter:
         require_backend("faster")
         probe_writable(system_config.result_dir, "system.result_dir")
@@ -123,7 +127,7 @@ def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: Network
     elif system_config.pretrain and not args.initialize:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
     if rank == 0:
-        snapshots.drop_later_best(system_config.snapshot_file("best"), start, log)
+        snapshots.set_aside_later_best(system_config.snapshot_file("best"), start, log)
     return start, resumed
 
 
@@ -135,6 +139,10 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         _check_storage(system_config, log)
     training_db = make_db(split=system_config.train_split)
+    evaluate = Evaluator(system_config, functools.partial(make_db, split=system_config.val_split),
+                         rank, world, distributed)
+    if system_config.eval_iter and not args.initialize:
+        evaluate.check(training_db)  # a validation split that cannot be scored: now, not later
     share = deal(system_config, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
@@ -154,5 +162,6 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
         best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
+        evaluate=evaluate,
         step=TrainStep(nnet, system_config.nonfinite_loss, log, counts.get("skipped_steps", 0)),
         counts=DataCounts(log, counts))

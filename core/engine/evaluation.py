@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from ..dbs import DatasetError
 from ..inference import DetectionRun, detect, score
 from .schedule import due
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
+    from ..dbs.detection import DETECTION
     from ..nnet.py_factory import NetworkFactory
 
 
@@ -38,6 +40,35 @@ class Evaluator:
         self.make_db = make_db
         self.rank, self.world, self.distributed = rank, world, distributed
         self._db = None
+
+    def check(self, training_db: DETECTION) -> None:
+        """Load the validation split now, before training, and refuse one that cannot be scored
+        against this model's classes: a missing or malformed file, another class count or
+        other category ids (detections would be scored against the wrong classes), no
+        annotations or no images. Without this, each surfaced at the first evaluation, hours in.
+        """
+        split = self.system_config.val_split
+        try:
+            db = self._db = self.make_db()  # names the file when missing or malformed
+        except (DatasetError, FileNotFoundError) as err:
+            raise DatasetError(f"validation split '{split}' (system.eval_iter is set): "
+                               f"{err}") from None
+        where = db.annotation_file
+        if list(db.class_ids) != list(training_db.class_ids):
+            differ = sorted(set(db.class_ids) ^ set(training_db.class_ids))
+            raise DatasetError(
+                f"{where}: the category ids of the validation split '{split}' differ from the "
+                f"training split's ({training_db.annotation_file}) in {differ[:5]}: detections "
+                f"would be scored against the wrong classes; use annotation files with the same "
+                f"categories, or set system.eval_iter to 0")
+        if not db.has_annotations:
+            raise DatasetError(f"{where}: no 'annotations' list, so the validation split "
+                               f"'{split}' cannot be scored; use an instances file with "
+                               f"annotations, or set system.eval_iter to 0")
+        if not len(db.db_inds[:self.system_config.eval_images]):
+            raise DatasetError(f"{where}: the validation split '{split}' has no images, so AP "
+                               f"cannot be measured; list its images, or set system.eval_iter "
+                               f"to 0")
 
     def due(self, iteration: int) -> bool:
         return due(iteration, self.system_config.eval_iter, self.system_config.max_iter)

@@ -15,6 +15,9 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
   the first report to arrive (ranks that fail because a peer went away report after it).
 - SIGTERM and SIGHUP are forwarded to every process, which stop after the current iteration and
   write a snapshot; a stopped process exits with 128 + the signal and is waited for, not killed.
+- Every process watches its launcher (its pid and start time, as prefetch workers watch their
+  trainer) and leaves within a second of its death: a `kill -9` of the launcher leaves no rank
+  training on as an orphan. torchrun's processes watch torchrun the same way.
 - Ctrl-C already reaches every process of the terminal's process group, so it is not forwarded
   (a forwarded copy would count there as a second Ctrl-C and skip the snapshot).
 """
@@ -30,15 +33,19 @@ import signal
 import sys
 from typing import Any, Callable
 
-import torch.distributed as dist
 from tqdm import tqdm
 
 from ..config import load_config
 from ..errors import ConfigError
 from ..utils import dist as dist_utils
+from ..utils import lock
+from ..utils import procs as lifetime
 from ..utils.device import configure, distributed_kind, rank_device, resolve_device
+from ..utils.peers import broken_collective
+from ..utils.procs import process_identity
+from .agree import check_same_config
 from .cli import USER_MISTAKES, describe, report, with_trace
-from .preflight import preflight
+from .preflight import check_args, preflight, tidy_temp
 
 # train(args, system_config, db_config, rank, world, device, distributed, watch) -> exit status
 Train = Callable[..., int]
@@ -47,7 +54,8 @@ STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
 
 
 def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
-           reports: Any) -> None:
+           reports: Any, launcher: tuple[int, str], first_rank: int) -> None:
+    lifetime.watch_launcher(launcher, f"rank {first_rank + local_rank}")
     status = target(local_rank, procs, args, lambda text: reports.put((local_rank, text)))
     sys.stdout.flush()
     sys.exit(status)
@@ -60,7 +68,9 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
     """
     ctx = mp.get_context("spawn")
     reports = ctx.SimpleQueue()
-    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports),
+    launcher = process_identity(os.getpid())
+    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports, launcher,
+                                                  first_rank),
                              name=f"rank-{rank}") for rank in range(procs)]
     for proc in processes:
         proc.start()
@@ -134,15 +144,23 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     without it the report is printed.
     """
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
-    rank, world, distributed, watch = 0, 1, args.distributed, None
+    rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
+        check_args(args)  # again here: torchrun's processes start without launch's checks
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
             device = rank_device(distributed_kind(args.device), local_rank)
-            dist_utils.init(args.dist_backend, url, world, rank, device)
+            dist_utils.init(args.dist_backend, url, world, rank, device,
+                            world // max(args.world_size, 1))
             watch = dist_utils.watch_peers(url, rank, world, say)
+            if watch is not None:
+                lifetime.before_leaving.append(watch.report)
+            shared = check_same_config(system_config.full, db_config, args, rank, world)
+            if rank == 0:
+                print(f"config {shared} identical on {world} ranks", flush=True)
+        written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         configure(device, system_config.deterministic, fixed_sizes=True)
         return train(args, system_config, db_config, rank, world, device, distributed, watch)
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
@@ -150,14 +168,18 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
         status, text = describe(err)
         text = with_trace(err, text)
-        cause = watch.posted() if watch is not None and isinstance(err, dist.DistError) else ""
+        cause = watch.cause() if watch is not None and broken_collective(err) else ""
         if cause:  # a peer failed first and said why: that is the story, not the broken pipe
             text = f"stopping because {cause}"
         say(f"error: rank {rank}: {text}" if distributed else f"error: {text}")
         if watch is not None:
             watch.report(text)
+        if status == 2:  # a mistake found at start: nothing was written, no folder is left
+            lock.release_all()
+            lock.remove_empty(*written)
         return status
     finally:
+        lock.release_all()
         if watch is not None:
             watch.close()
         dist_utils.cleanup()
@@ -167,14 +189,20 @@ def launch(args: argparse.Namespace, train: Train) -> int:
     """Check the run, then train in this process, under torchrun, or in spawned processes."""
     if dist_utils.launched_by_torchrun():
         args.distributed = True  # torchrun's processes are one run, never independent copies
+        lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
+        check_args(args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
             args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
             preflight(args, 1, data=False)
+            tidy_temp()
             return run_rank(train, 0, 1, args)
         if args.world_size < 1:
             raise ConfigError("--distributed needs --world-size (the number of nodes)")
+        if not 0 <= args.rank < args.world_size:
+            raise ConfigError(f"--rank {args.rank} is outside --world-size {args.world_size}: "
+                              f"node ranks are 0 to {args.world_size - 1}")
         procs = dist_utils.procs_per_node(args.procs_per_node,
                                           gpus=distributed_kind(args.device) == "cuda")
         if args.dist_url is None:
@@ -183,6 +211,7 @@ def launch(args: argparse.Namespace, train: Train) -> int:
                                   "one node")
             args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
+        tidy_temp()
     except USER_MISTAKES as err:
         return report(err)
     return spawn(functools.partial(run_rank, train), procs, args, first_rank=args.rank * procs)

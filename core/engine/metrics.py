@@ -49,7 +49,7 @@ def read_lines(path: Path, say: Callable[[str], None] | None = None) -> list[dic
             continue
         try:
             line = json.loads(chunk.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             line = None
         if isinstance(line, dict) and _is_int(line.get("iteration")):
             lines.append(line)

@@ -12,11 +12,12 @@ from ..config import load_config
 from ..data.chunks import deal
 from ..data.ring import shm_need
 from ..dbs import datasets
-from ..errors import lookup
+from ..errors import ConfigError, lookup
 from ..models.fit import check_model_fit
 from ..nnet.py_factory import check_runtime
 from ..utils.device import distributed_kind, resolve_device
 from ..utils.files import check_shm
+from ..utils.procs import remove_dead_mp_folders
 
 
 def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
@@ -33,3 +34,19 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     if data:
         dataset = lookup(datasets, system_config.dataset, "dataset")
         dataset(db_config, split=system_config.train_split, sys_config=system_config)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Counts on the command line that cannot be right, before anything starts."""
+    if args.workers < 1:
+        raise ConfigError(f"--workers must be at least 1 (prefetch processes per rank), got "
+                          f"{args.workers}")
+    if args.dry_run is not None and args.dry_run < 1:
+        raise ConfigError(f"--dry-run must be at least 1 (batches to time), got {args.dry_run}")
+
+
+def tidy_temp() -> None:
+    """Remove the temp folders multiprocessing left behind when a process of ours was killed."""
+    left = remove_dead_mp_folders()
+    if left:
+        print(f"removed {len(left)} temp folder(s) of killed processes ({left[0].parent}/pymp-*)")

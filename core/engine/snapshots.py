@@ -74,8 +74,9 @@ class Best:
         self.record = record
 
     def update(self, iteration: int, ap: float, save: Callable[[Path], None]) -> bool:
-        """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did."""
-        if self.record is not None and ap <= self.record["AP"]:
+        """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did.
+        A negative AP (COCO's -1: nothing could be scored) is never a best."""
+        if ap < 0 or (self.record is not None and ap <= self.record["AP"]):
             return False
         self.record = {"iteration": iteration, "AP": float(ap)}
         save(self.path)
@@ -118,22 +119,34 @@ class Saver:
         if best.update(iteration, ap, lambda path: self.nnet.save_params(
                 iteration, self.state(iteration), path=path)):
             self.log(f"iteration {iteration}: AP {ap:.4f}, the best so far: {best.path.name}")
+        elif before is None:
+            self.log(f"iteration {iteration}: AP {ap:.4f}: nothing could be scored, not a best")
         else:
             self.log(f"iteration {iteration}: AP {ap:.4f} (best {before['AP']:.4f} at "
                      f"iteration {before['iteration']})")
 
 
-def drop_later_best(path: Path, start: int, log: Callable[[str], None]) -> None:
-    """Remove a best snapshot written after iteration `start` (by a run that went on past the
-    snapshot being resumed and died): its weights belong to a history this run does not have.
-    One that cannot be read is removed too."""
+def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> Path | None:
+    """Move aside a best snapshot written after iteration `start` (by a run that went on past the
+    snapshot being resumed, or by an earlier run when this one starts from scratch): its weights
+    belong to a history this run does not have, so they must not compete with this run's AP, but
+    they are trained weights and may be the only ones left. One that cannot be read is moved
+    aside too. Returns the new path (`<Cfg>_best.aside<k>.pkl`, k the first free number)."""
     if not path.is_file():
-        return
+        return None
     try:
         record = torch.load(path, map_location="cpu", weights_only=True, mmap=True).get("best")
-    except Exception:  # noqa: BLE001 - a damaged best snapshot is as useless as a foreign one
+    except Exception:  # noqa: BLE001 - a damaged best snapshot cannot be this run's either
         record = None
-    if record is None or record["iteration"] > start:
-        path.unlink()
-        log(f"removed {path.name}: it is not the best of this run's history up to iteration "
-            f"{start}")
+    if record is not None and record["iteration"] <= start:
+        return None
+    k = 1
+    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(aside)
+    what = (f"iteration {record['iteration']}, AP {record['AP']:.4f}" if record is not None
+            else "unreadable")
+    log(f"moved {path.name} ({what}) aside to {aside.name}: it is not the best of this run's "
+        f"history up to iteration {start}; nothing was deleted (test.py --testiter "
+        f"{aside.stem.split('_')[-1]} evaluates it)")
+    return aside

@@ -51,13 +51,17 @@ class Journal:
         header = json.dumps({"fingerprint": fingerprint}, sort_keys=True, default=str)
         done, note = Done(), ""
         if path.is_file() and resume:
-            done, valid_bytes, old = _read(path, header, num_classes)
+            done, valid_bytes, old, damaged = _read(path, header, num_classes)
             if old is None:
                 file = open(path, "r+", encoding="utf-8")  # noqa: SIM115 - kept open
                 file.truncate(valid_bytes)
                 file.seek(valid_bytes)
                 count = len(done.detections) + len(done.unreadable)
-                return cls(path, file), done, f"resuming: {count} images already done ({path})"
+                note = f"resuming: {count} images already done ({path})"
+                if damaged:
+                    note += (f"; line {damaged} is damaged: it and the lines after it are "
+                             f"detected again (--no-resume starts afresh)")
+                return cls(path, file), done, note
             note = (f"starting afresh: {path} was made with other {', '.join(old)}")
         elif path.is_file():
             note = f"starting afresh (--no-resume): replacing {path}"
@@ -86,29 +90,31 @@ class Journal:
         os.unlink(self.path)
 
 
-def _read(path: Path, header: str, num_classes: int) -> tuple[Done, int, list[str] | None]:
-    """Parse a journal: (what it holds, bytes of whole lines, None or what differs)."""
+def _read(path: Path, header: str,
+          num_classes: int) -> tuple[Done, int, list[str] | None, int]:
+    """Parse a journal: (what it holds, bytes of whole lines, None or what differs, the number
+    of the first damaged line or 0). A line cut by a kill ends the journal silently; one that
+    does not read as an entry (edited by hand, a flipped byte) ends it too, and is named."""
     done = Done()
     with open(path, "rb") as file:
         first = file.readline()
         try:
             old = json.loads(first)["fingerprint"]
         except (ValueError, KeyError, TypeError):
-            return done, 0, ["contents (not a journal)"]
+            return done, 0, ["contents (not a journal)"], 0
         new = json.loads(header)["fingerprint"]
         if old != new:
-            return done, 0, [key for key in new if old.get(key) != new[key]] or ["settings"]
+            return done, 0, [key for key in new if old.get(key) != new[key]] or ["settings"], 0
         valid = len(first)
-        for line in file:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                break  # cut short by a kill: this line and anything after it are redone
+        for number, line in enumerate(file, start=2):
             if not line.endswith(b"\n"):
-                break
-            _add(done, entry, num_classes)
+                break  # cut short by a kill: this line is redone
+            try:
+                _add(done, json.loads(line), num_classes)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                return done, valid, None, number
             valid += len(line)
-    return done, valid, None
+    return done, valid, None, 0
 
 
 def _add(done: Done, entry: dict, num_classes: int) -> None:

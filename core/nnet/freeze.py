@@ -37,6 +37,9 @@ def freeze(model: nn.Module, prefixes: list[str] | None) -> list[str]:
         if _under(name, prefixes):
             param.requires_grad_(False)
             frozen.append(name)
+    if len(frozen) == len(names):
+        raise ConfigError(f"system.freeze {prefixes} freezes every parameter of the model: "
+                          f"nothing would train; freeze fewer modules (e.g. 'hg.pre')")
     return frozen
 
 

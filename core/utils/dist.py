@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from datetime import timedelta
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
+from . import rendezvous
 from .peers import PeerWatch, store_address
+from .procs import end_now
 
 
 def free_port() -> int:
@@ -63,23 +64,26 @@ def watch_peers(url: str, rank: int, world: int,
     def leave(reason: str) -> None:
         print(flush=True)  # end the progress bar's line: the process ends without closing it
         say(f"error: {reason}")
-        os._exit(1)
+        end_now(1)
 
     return PeerWatch(address, rank, world, leave)
 
 
 def init(backend: str | None, url: str, world_size: int, rank: int,
-         device: torch.device) -> None:
+         device: torch.device, procs: int = 1) -> None:
     """Join the process group as the process running on `device` (indexed, see
-    core.utils.device.rank_device)."""
+    core.utils.device.rank_device), through `rendezvous.join` for tcp:// (which says what it
+    waits for); `procs` is the processes of a node."""
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
     if backend == "nccl" and device.type != "cuda":
         raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
     # A lost peer surfaces as an error after this long instead of a silent hang.
-    dist.init_process_group(backend=backend, init_method=url, world_size=world_size, rank=rank,
-                            timeout=timedelta(minutes=5))
+    where = ({"store": rendezvous.join(url, rank, world_size, procs)}
+             if url.startswith("tcp://") else {"init_method": url})
+    dist.init_process_group(backend=backend, world_size=world_size, rank=rank,
+                            timeout=rendezvous.COLLECTIVE_TIMEOUT, **where)
 
 
 def cleanup() -> None:

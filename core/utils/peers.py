@@ -84,6 +84,32 @@ class PeerWatch:
                     return message
         return ""
 
+    def cause(self, wait_s: float = 2.0) -> str:
+        """Why a collective broke, seen from here: the failure another rank posts within
+        `wait_s` seconds, else the first rank whose heartbeat stood still meanwhile (it died
+        without a word), else "". Asked before this rank reports, so that the first line of
+        a failed run names the rank that failed first, not this one's broken connection."""
+        before, deadline = self._beats(), time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            message = self.posted()
+            if message:
+                return message
+            time.sleep(POLL_S)
+        after = self._beats()
+        silent = [r for r in range(self.world) if r != self.rank and r in before
+                  and after.get(r) == before[r]]
+        return (f"rank {silent[0]}: stopped answering (killed, or its node is gone)"
+                if silent else "")
+
+    def _beats(self) -> dict[int, int]:
+        """Rank -> heartbeat count of every rank still in the run ({} without the store)."""
+        beats = {}
+        with contextlib.suppress(Exception), self._lock:
+            for r in range(self.world):
+                if not self._store.check([self._key(f"left/{r}")]):
+                    beats[r] = self._store.add(self._key(f"hb/{r}"), 0)
+        return beats
+
     def _post(self, line: str) -> None:
         """Set `failed` to `line` unless a failure was posted before: the first is the cause."""
         # The store may already be gone: then there is nobody left to tell.
@@ -129,6 +155,17 @@ class PeerWatch:
             elif now - last_change > limit:
                 self._post(f"rank {watched}: stopped answering for {limit:.0f} s "
                            f"(killed or frozen)")
+
+
+def broken_collective(err: BaseException) -> bool:
+    """Whether `err` is a collective that broke because a peer went away (c10d's DistError,
+    or gloo's and NCCL's plain RuntimeErrors about a closed connection or a timeout)."""
+    if isinstance(err, dist.DistError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("gloo" in text or "NCCL" in text) and any(
+        word in text for word in ("Connection closed", "Connection reset", "Timed out",
+                                  "timed out", "remote", "Broken pipe"))
 
 
 def _leave(reason: str) -> None:
