@@ -7,7 +7,7 @@ way everywhere:
   (config, data, a missing file, storage set-up: ConfigError, UsageError, DatasetError,
   ImageReadError, MissingEvaluator, FileNotFoundError, StorageError);
 - 1: a failure at run time, its cause in the first line (a full disk mid-run, a diverging loss,
-  a failed prefetch worker, a lost peer, a bug) with the traceback where the cause is not
+  a failed prefetch worker, a node that never came, a lost peer, a bug) with the traceback where the cause is not
   self-explanatory;
 - 128 + signal when stopped by Ctrl-C or SIGTERM.
 `CORNERNET_DEBUG=1` (or any true value: 1, true, yes, on) or `--debug` adds the traceback to
@@ -32,6 +32,7 @@ from ..inference.coco_eval import MissingEvaluator
 from ..nnet.py_factory import NonFiniteLoss
 from ..utils.files import DiskFull, StorageError
 from ..utils.images import ImageReadError
+from ..utils.rendezvous import RendezvousError
 
 USER_MISTAKES = (ConfigError, UsageError, DatasetError, ImageReadError, MissingEvaluator,
                  FileNotFoundError, StorageError)
@@ -64,6 +65,8 @@ def describe(err: BaseException) -> tuple[int, str]:
                    f"system.nonfinite_loss to \"skip\".")
     if isinstance(err, WorkerError):
         return 1, f"training stopped: {err}"
+    if isinstance(err, RendezvousError):  # names the missing node and what to run there
+        return 1, str(err)
     if isinstance(err, dist.DistError):
         first = str(err).splitlines()[0] if str(err) else ""
         return 1, (f"lost contact with another process of the run (it failed or was killed): "
