@@ -31,6 +31,7 @@ from core.config import CONFIG_DIR, ConfigError, load_config, lookup
 from core.config_rules import check_model_fit
 from core.dbs import DatasetError, datasets
 from core.dry_run import dry_run
+from core.engine import cluster, preempt
 from core.evaluation import Evaluator
 from core.inference.coco_eval import MissingEvaluator, require_backend
 from core.metrics import (
@@ -47,7 +48,7 @@ from core.prefetch import Prefetcher, Stopped, WorkerError
 from core.sample import data_sampling_func
 from core.schedule import learning_rate_at
 from core.steps import TrainStep, validate
-from core.stop import StopRequest, agree
+from core.stop import StopRequest, agree_all
 from core.utils import dist as dist_utils
 from core.utils import launch
 from core.utils.files import (
@@ -95,6 +96,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="only take N batches through the data path, print its figures "
                              "(images/s, bytes per image, reading/augmenting/queueing) and exit")
     parser.add_argument("--device", default=None, help="cuda, cuda:1 or cpu (default: automatic)")
+    parser.add_argument("--stop-signal", default=None, choices=("USR1", "USR2", "TERM", "HUP"),
+                        help="the signal that means: snapshot, exit 75, resume me later "
+                             "(default: system.stop_signal, USR1)")
+    parser.add_argument("--requeue", action="store_true",
+                        help="after that signal, requeue the SLURM job (system.requeue)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
     return parser.parse_args(argv)
@@ -168,7 +174,7 @@ def build(args, system_config, db_config: dict, rank: int, world: int, device,
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
         best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
-        counts=resumed.get("counts", {}))
+        counts=resumed.get("counts", {}), elapsed=resumed.get("time", 0.0))
 
 
 def train(args, system_config, db_config: dict, rank: int, world: int, device,
@@ -177,22 +183,24 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     if args.dry_run:
         return data_only(args, system_config, db_config, rank, world, device, log)
-    stop = StopRequest()
+    stop = StopRequest(preempt.resume_signal(args, system_config))
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
     nnet, share, start, best = job.nnet, job.share, job.start, job.best
 
     def state(iteration: int) -> dict:
-        return {"best": best.record, "counts": {**counts.values(), "skipped_steps": step.skipped},
+        return {"best": best.record, "time": speed.elapsed(),
+                "counts": {**counts.values(), "skipped_steps": step.skipped},
                 "data": {"next_batch": iteration, "world_size": world,
                          "batch_size": system_config.batch_size, "chunks": list(share.sizes)}}
 
     step = TrainStep(nnet, system_config.nonfinite_loss, log, job.counts.get("skipped_steps", 0))
-    speed, counts = Throughput(), DataCounts(log, job.counts)
+    speed, counts = Throughput(job.elapsed), DataCounts(log, job.counts)
     if args.initialize:
         if rank == 0:
             log(f"initial parameters written to {nnet.save_params(0, state(0))}")
         return 0
     saver = snapshots.Saver(nnet, system_config, rank, distributed, state, log)
+    clock = preempt.SnapshotClock(system_config.snapshot_minutes)
     evaluate = Evaluator(system_config, job.make_val_db, rank, world, distributed)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree`.
@@ -236,9 +244,13 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
                         metrics.put(**{k: found[k] for k in EVAL_KEYS})
                         saver.evaluated(it, found["AP"], best)
                 metrics.write(it)
-                if saver.due(it):
+                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?
+                stopping, stop.resume, timed = agree_all(
+                    [stop(), stop.resuming, clock.due()], distributed, nnet.device)
+                if saver.due(it) or (timed and not stopping):
                     saver.save(it)
-                if agree(stop(), distributed, nnet.device):
+                    clock.saved()
+                if stopping:
                     raise Stopped()
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
@@ -299,10 +311,12 @@ def run(local_rank: int, procs: int, args, say: Callable[[str], None] | None = N
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = args.device
         if distributed:
-            rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
+            rank, world, local_rank, url = cluster.placement(args, local_rank, procs)
             device = dist_utils.init(args.dist_backend, url, world, rank, local_rank)
             watch = dist_utils.watch_peers(url, rank, world, say)
-        return train(args, system_config, db_config, rank, world, device, distributed, watch)
+        status = train(args, system_config, db_config, rank, world, device, distributed, watch)
+        return preempt.requeue(status, args, system_config, rank, functools.partial(
+            print, flush=True))
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
@@ -345,6 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         args.distributed = True  # torchrun's processes are one run, never independent copies
         return run(0, 1, args)
     try:
+        if args.distributed and cluster.in_job_step():  # srun started this process as a rank
+            cluster.adopt(args, cluster.slurm_task())
+            preflight(args, 1, data=args.rank == 0)
+            return run(0, 1, args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
             preflight(args, 1, data=False)
             return run(0, 1, args)
@@ -358,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
             args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
     except (ConfigError, DatasetError, StorageError) as err:
+        if os.environ.get("SLURM_PROCID", "0") != "0" and cluster.in_job_step():
+            return 2  # every task finds the same mistake: task 0 says it
         print(f"error: {err}", file=sys.stderr)
         if os.environ.get("CORNERNET_DEBUG"):
             traceback.print_exc()

@@ -1,0 +1,77 @@
+"""Runs that outlive their jobs: the resume signal, SLURM's requeue, snapshots by wall time.
+
+A cluster job ends at its time limit or when a higher-priority job preempts it. SLURM can send a
+signal some seconds before (`#SBATCH --signal=USR1@<s>`): the loop then stops at the end of the
+iteration on every rank together, writes a snapshot, and exits with RESUME_STATUS; with
+`system.requeue` (or --requeue) rank 0 of a SLURM job then asks SLURM to requeue the job, whose
+script continues with `--iter latest`. What a hard kill (no signal, a node failure) can lose is
+bounded by `system.snapshot_minutes`: a snapshot whenever that much wall time has passed since
+the last one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from typing import Any, Callable
+
+from ..config import ConfigError
+from ..stop import RESUME_STATUS
+
+
+def resume_signal(args: Any, system_config: Any) -> int:
+    """The signal number of the resume signal: --stop-signal, else system.stop_signal."""
+    name = (getattr(args, "stop_signal", None) or system_config.stop_signal).upper()
+    try:
+        return int(getattr(signal, "SIG" + name.removeprefix("SIG")))
+    except (AttributeError, TypeError) as err:
+        raise ConfigError(f"--stop-signal {name}: not a signal; use USR1, USR2, TERM or HUP"
+                          ) from err
+
+
+class SnapshotClock:
+    """Whether `minutes` of wall time passed since the last snapshot of this rank.
+
+    Each rank reads its own clock; the loop agrees the answer across ranks (one rank's yes is
+    everyone's), so all ranks write the snapshot at the same iteration. None: never due.
+    """
+
+    def __init__(self, minutes: float | None, clock: Callable[[], float] = time.monotonic
+                 ) -> None:
+        self.seconds = None if minutes is None else 60.0 * minutes
+        self.clock = clock
+        self.last = clock()
+
+    def due(self) -> bool:
+        return self.seconds is not None and self.clock() - self.last >= self.seconds
+
+    def saved(self) -> None:
+        """A snapshot was just written (by the clock, the period or a stop): count from now."""
+        self.last = self.clock()
+
+
+def requeue(status: int, args: Any, system_config: Any, rank: int,
+            log: Callable[[str], None]) -> int:
+    """After a stop by the resume signal, rank 0 of a SLURM job with requeue on runs `scontrol
+    requeue $SLURM_JOB_ID`; SLURM ends this job and queues it again. Returns `status`."""
+    wanted = getattr(args, "requeue", False) or system_config.requeue
+    job = os.environ.get("SLURM_JOB_ID")
+    if status != RESUME_STATUS or not wanted or rank != 0:
+        return status
+    if not job:
+        log("note: requeue is on but this is not a SLURM job: resume it with --iter latest")
+        return status
+    try:
+        done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,
+                              timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        log(f"error: scontrol requeue {job} failed ({err}); resubmit the job with --iter latest")
+        return status
+    if done.returncode:
+        log(f"error: scontrol requeue {job}: {done.stderr.strip() or done.returncode}; resubmit "
+            f"the job with --iter latest (does the job allow requeue: #SBATCH --requeue?)")
+    else:
+        log(f"requeued SLURM job {job}: it continues from this snapshot with --iter latest")
+    return status
