@@ -210,12 +210,13 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
               "system_config": system_config, "probe": job.probe}
     iteration = start
     with contextlib.ExitStack() as stack:
-        train_data = stack.enter_context(Prefetcher(
-            job.make_train_db, workers=args.workers, data_aug=True, stream="train",
-            start=start, **common))
-        val_data = stack.enter_context(Prefetcher(
-            job.make_val_db, workers=1, data_aug=False, stream="val",
-            start=start // every["val"], **common)) if every["val"] else None
+        with preempt.held_back(stop.resume_signal):  # SLURM signals the workers too
+            train_data = stack.enter_context(Prefetcher(
+                job.make_train_db, workers=args.workers, data_aug=True, stream="train",
+                start=start, **common))
+            val_data = stack.enter_context(Prefetcher(
+                job.make_val_db, workers=1, data_aug=False, stream="val",
+                start=start // every["val"], **common)) if every["val"] else None
         bar = stack.enter_context(tqdm(range(start + 1, system_config.max_iter + 1),
                                        disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
         metrics = open_metrics(system_config.snapshot_dir, start, bar, log, rank == 0)

@@ -11,10 +11,12 @@ the last one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from typing import Any, Callable
 
 from ..config import ConfigError
@@ -75,3 +77,19 @@ def requeue(status: int, args: Any, system_config: Any, rank: int,
     else:
         log(f"requeued SLURM job {job}: it continues from this snapshot with --iter latest")
     return status
+
+
+@contextlib.contextmanager
+def held_back(signum: int | None) -> Iterator[None]:
+    """Block `signum` while the data processes start: the fork server started now, and every
+    worker it forks later, inherit the block, so SLURM's signal to every process of the job
+    step cannot kill them (only the trainer acts on it and stops them itself). The trainer
+    receives a signal that came meanwhile as soon as the block is lifted."""
+    if signum is None:
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
