@@ -11,8 +11,9 @@ setup(
         "coco": ["faster-coco-eval", "pycocotools"],
         "plot": ["matplotlib"],
         "tensorboard": ["tensorboard"],
+        "submitit": ["submitit>=1.5"],  # tools/submit.py
         # The tests read TensorBoard events back and draw the curves, so they need both extras.
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",
-                 "matplotlib"],
+                 "matplotlib", "submitit>=1.5"],
     },
 )

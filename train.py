@@ -48,7 +48,7 @@ from core.prefetch import Prefetcher, Stopped, WorkerError
 from core.sample import data_sampling_func
 from core.schedule import learning_rate_at
 from core.steps import TrainStep, validate
-from core.stop import StopRequest, agree_all
+from core.stop import agree_all
 from core.utils import dist as dist_utils
 from core.utils import launch
 from core.utils.files import (
@@ -183,7 +183,7 @@ def train(args, system_config, db_config: dict, rank: int, world: int, device,
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     if args.dry_run:
         return data_only(args, system_config, db_config, rank, world, device, log)
-    stop = StopRequest(preempt.resume_signal(args, system_config))
+    stop = preempt.stop_request(args, system_config)
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
     nnet, share, start, best = job.nnet, job.share, job.start, job.best
 
@@ -355,6 +355,7 @@ def preflight(args, procs: int, data: bool = True) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    preempt.catch_early()
     args = parse_args(argv)
     if dist_utils.launched_by_torchrun():
         args.distributed = True  # torchrun's processes are one run, never independent copies

@@ -83,6 +83,17 @@ def test_the_resume_signal_exits_75_and_sigterm_as_before(restore_handlers):
     assert stop.exit_status == RESUME_STATUS
 
 
+def test_a_resume_signal_during_start_up_is_a_stop_request_not_a_death(restore_handlers,
+                                                                        monkeypatch):
+    monkeypatch.setattr(preempt, "_early", set())
+    preempt.catch_early()  # train.main does this first: imports and set-up take seconds
+    os.kill(os.getpid(), signal.SIGUSR1)
+    stop = preempt.stop_request(SimpleNamespace(stop_signal=None),
+                                SimpleNamespace(stop_signal="USR1"))
+    assert stop() and stop.exit_status == RESUME_STATUS
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL  # not the resume signal: as ever
+
+
 def test_requeue_asks_slurm_only_on_rank_0_of_a_job_after_the_resume_signal(monkeypatch):
     calls = []
     monkeypatch.setattr(preempt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or

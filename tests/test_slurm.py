@@ -146,3 +146,34 @@ def test_a_task_count_the_batch_cannot_be_dealt_to_is_one_line_before_training(
     assert len(errors) == 1, result.stderr
     assert "3 processes" in errors[0] or "3 images" in errors[0], errors[0]
     assert "iteration 1" not in result.stdout
+
+
+def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninterrupted_one(
+        slurm, tmp_path, coco128, monkeypatch):
+    """tools/submit.py: SIGUSR2 (what submitit asks SLURM for) snapshots on every rank, then
+    submitit's own handler checkpoints and requeues; the resubmitted call resumes."""
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.syspath_prepend(str(REPO / "tools"))
+    import submit
+
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
+    folder = tmp_path / "submitit"
+    args = submit.parse_args([NAME, "--gpus-per-node", str(GPUS), "--cpus-per-task", "1",
+                              "--hours", "0.2", "--folder", str(folder), "--", "--config-dir",
+                              str(config_dir), "--workers", "1"])
+    job = submit.executor(args).submit(submit.Training(args.cfg, args.train_args))
+    log = folder / f"{job.job_id}_0_log.out"
+    wait_for_line(log, "iteration 4: loss", timeout=240)
+    slurm.cmd("scancel", "--signal=USR2", str(job.job_id))
+    stopped = wait_for_line(log, "stopped by signal after iteration", timeout=60)
+    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
+    state = requeued_and_finished(slurm, int(job.job_id), timeout=300)
+    errors = (folder / f"{job.job_id}_0_log.err").read_text(errors="replace")
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", errors[-3000:]
+    assert f"continuing from snapshot {iteration}" in log.read_text(errors="replace")
+    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_one_record(root, 14)

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 from ..config import ConfigError
-from ..stop import RESUME_STATUS
+from ..stop import RESUME_STATUS, StopRequest
+
+# Signals that may be the resume signal, and those of them that came before the loop's
+# StopRequest took over (see `catch_early`).
+CANDIDATES = (signal.SIGUSR1, signal.SIGUSR2)
+_early: set[int] = set()
 
 
 def resume_signal(args: Any, system_config: Any) -> int:
@@ -31,6 +36,26 @@ def resume_signal(args: Any, system_config: Any) -> int:
     except (AttributeError, TypeError) as err:
         raise ConfigError(f"--stop-signal {name}: not a signal; use USR1, USR2, TERM or HUP"
                           ) from err
+
+
+def catch_early() -> None:
+    """Remember SIGUSR1/SIGUSR2 instead of dying of them until `stop_request` takes over: SLURM
+    may send its signal while the run still starts (imports, data, the process group), and
+    the default action of both is to end the process without a snapshot."""
+    for signum in CANDIDATES:
+        signal.signal(signum, lambda signum, frame: _early.add(signum))
+
+
+def stop_request(args: Any, system_config: Any) -> StopRequest:
+    """The loop's StopRequest, with the resume signal of --stop-signal / system.stop_signal;
+    a resume signal caught early is a stop request already."""
+    resume = resume_signal(args, system_config)
+    stop = StopRequest(resume)
+    for signum in set(CANDIDATES) - {resume}:
+        signal.signal(signum, signal.SIG_DFL)
+    if resume in _early:
+        stop.signum = resume
+    return stop
 
 
 class SnapshotClock:
