@@ -113,10 +113,11 @@ def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_ru
 
 def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_finishes(
         slurm, tmp_path, coco128):
-    """--time=1 --signal=USR1@10: the only test that waits for SLURM's clock (65-95 s). The run
-    is long enough to be still training when the signal comes; once its snapshot is on disk
-    the test shortens the run to 4 more iterations (max_iter does not enter the arithmetic),
-    so that the uninterrupted reference stays small."""
+    """--time=1 --signal=USR1@10: the only test that waits for SLURM's clock. The signal comes
+    20-50 s after the start, on a loaded machine possibly before the first iteration (caught
+    early, it stops after iteration 1). The run is long enough to be still training then; once
+    its snapshot is on disk the test shortens the run to 4 more iterations (max_iter does not
+    enter the arithmetic), so that the uninterrupted reference stays small."""
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000)
     out = tmp_path / "job.out"
@@ -126,6 +127,9 @@ def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_fin
     assert snapshot(root, iteration)["iteration"] == iteration
     last = iteration + 4
     write_config(root, coco128, db=SMALL, **SGD, max_iter=last, snapshot=100000)
+    # The requeued job would get the same minute, and on a loaded machine spend it starting:
+    # one limit is what this test is about, so the next job gets ten.
+    slurm.cmd("scontrol", "update", f"JobId={job}", "TimeLimit=10")
     state = requeued_and_finished(slurm, job, timeout=300)
     text = out.read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
