@@ -44,12 +44,10 @@ def test_a_batch_shell_is_no_rank_and_a_missing_variable_is_named():
         cluster.slurm_task({k: v for k, v in STEP.items() if k != "SLURM_LOCALID"})
 
 
-def test_the_node_list_is_expanded_by_slurm(slurm):
-    os.environ["SLURM_CONF"] = slurm.env["SLURM_CONF"]
-    try:
-        assert cluster.first_host("gpu[07-09,11],cpu1") == "gpu07"
-    finally:
-        del os.environ["SLURM_CONF"]
+def test_the_node_list_is_expanded_by_slurm(slurm, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    assert cluster.first_host("gpu[07-09,11],cpu1") == "gpu07"
+    assert cluster.first_host("node3") == "node3"
 
 
 def test_a_task_uses_its_local_gpu_or_the_one_slurm_bound_to_it():
