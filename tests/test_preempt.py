@@ -143,8 +143,9 @@ class FakeClock(preempt.SnapshotClock):
             json.dump(self.saves, f)
         super().saved()
 
-preempt.SnapshotClock = FakeClock
-sys.exit(train.main(sys.argv[1:]))
+if __name__ == "__main__":  # not in the prefetch workers, which import this file again
+    preempt.SnapshotClock = FakeClock
+    sys.exit(train.main(sys.argv[1:]))
 """
 
 
