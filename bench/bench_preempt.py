@@ -63,9 +63,13 @@ def trial(args: argparse.Namespace, folder: Path) -> tuple[int, float, float, in
                             text=True, start_new_session=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     pattern = re.compile(rf"iteration {args.after}: loss")
+    seen = []
     for line in proc.stdout:
+        seen.append(line)
         if pattern.search(line):
             break
+    else:
+        sys.exit(f"train.py ended before iteration {args.after}:\n" + "".join(seen[-20:]))
     snapshots = folder / "cache" / "nnet" / args.config
     t0 = time.perf_counter()
     os.killpg(proc.pid, signal.SIGUSR1)  # as SLURM: every process of the step
@@ -79,6 +83,9 @@ def trial(args: argparse.Namespace, folder: Path) -> tuple[int, float, float, in
     exited = time.perf_counter() - t0
     output = proc.stdout.read()
     stopped = re.search(r"stopped by signal after iteration (\d+)", output)
+    if not stopped:
+        sys.exit(f"train.py did not stop by the signal (status {proc.returncode}):\n"
+                 + output[-2000:])
     return (int(stopped.group(1)) if stopped else -1, on_disk or float("nan"), exited,
             proc.returncode)
 
