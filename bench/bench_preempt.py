@@ -7,7 +7,8 @@ into place whole) and until train.py exits is printed per trial. `#SBATCH --sign
 must leave more than the exit time plus SLURM's 0-30 s of lateness.
 
     python bench/bench_preempt.py                               # CornerNet_Tiny, CPU
-    python bench/bench_preempt.py --config CornerNet_Squeeze --procs 2 --input-size 255
+    python bench/bench_preempt.py --config CornerNet_Squeeze --batch 2 --input-size 255 \
+        --output-size 32 --after 2
     python bench/bench_preempt.py --config CornerNet --device cuda --batch 4   # on a GPU
 """
 
@@ -29,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 COCO128 = REPO.parent / "shared" / "data" / "coco128"
 
 
-def write_config(folder: Path, name: str, batch: int, input_size: int) -> Path:
+def write_config(folder: Path, name: str, batch: int, input_size: int, output_size: int
+                 ) -> Path:
     """configs/<name>.json on coco128 with periodic snapshots off; returns the config folder."""
     config = json.loads((REPO / "configs" / f"{name}.json").read_text())
     config["system"].update(
@@ -38,7 +40,7 @@ def write_config(folder: Path, name: str, batch: int, input_size: int) -> Path:
         prefetch_size=2, train_split="train", val_split="val", eval_iter=0, pretrain=None,
         dataset="COCO", model=config["system"].get("model") or name)
     side = input_size
-    outputs = [[(side + 1) // 4, (side + 1) // 4]]
+    outputs = [[output_size, output_size]]
     config["db"].update(
         categories=80, input_size=[side, side], output_sizes=outputs if name != "CornerNet_Saccade" else
         config["db"]["output_sizes"],
@@ -52,7 +54,8 @@ def write_config(folder: Path, name: str, batch: int, input_size: int) -> Path:
 
 def trial(args: argparse.Namespace, folder: Path) -> tuple[int, float, float, int]:
     """One signalled run: (iteration stopped at, s to snapshot on disk, s to exit, status)."""
-    config_dir = write_config(folder, args.config, args.batch, args.input_size)
+    config_dir = write_config(folder, args.config, args.batch, args.input_size,
+                              args.output_size or (args.input_size + 1) // 4)
     cmd = [sys.executable, str(REPO / "train.py"), args.config, "--config-dir", str(config_dir),
            "--workers", str(args.workers)]
     if args.device:
@@ -95,6 +98,8 @@ def main() -> None:
     parser.add_argument("--config", default="CornerNet_Tiny")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--input-size", type=int, default=127)
+    parser.add_argument("--output-size", type=int, default=None,
+                        help="default (input + 1) / 4; CornerNet_Squeeze: (input + 1) / 8")
     parser.add_argument("--procs", type=int, default=1, help="processes (gloo without GPUs)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--device", default=None)

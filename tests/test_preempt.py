@@ -172,3 +172,16 @@ def test_snapshots_by_the_clock_come_on_every_rank_together(tmp_path, coco128):
     snapshot_dir = tmp_path / "cache" / "nnet" / "Tiny128"
     assert sorted(int(p.stem.split("_")[1]) for p in snapshot_dir.glob("Tiny128_*.pkl")) == \
         [3, 4, 7, 8, 10]
+
+
+def test_submit_gives_train_py_what_follows_the_double_dash(monkeypatch):
+    pytest.importorskip("submitit")
+    monkeypatch.syspath_prepend(str(REPO / "tools"))
+    import submit
+
+    args = submit.parse_args(["CornerNet", "--gpus-per-node", "2", "--hours", "2", "--",
+                              "--workers", "6"])
+    assert (args.cfg, args.gpus_per_node, args.hours) == ("CornerNet", 2, 2.0)
+    assert submit.Training(args.cfg, args.train_args).argv() == [
+        "CornerNet", "--distributed", "--iter", "latest", "--stop-signal", "USR2",
+        "--workers", "6"]

@@ -74,7 +74,8 @@ def executor(args: argparse.Namespace) -> Any:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="after --: more train.py options")
     parser.add_argument("cfg", help="config name: configs/<cfg>.json")
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--gpus-per-node", type=int, default=4,
@@ -90,10 +91,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="any other sbatch option, e.g. account=proj or mem=64G")
     parser.add_argument("--wait", action="store_true", help="wait for the run and its result")
-    parser.add_argument("train_args", nargs=argparse.REMAINDER,
-                        help="after --: more train.py options")
-    args = parser.parse_args(argv)
-    args.train_args = [a for a in args.train_args if a != "--"]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.train_args = argv[cut + 1:]  # after --: more train.py options
     return args
 
 
