@@ -61,8 +61,11 @@ class Training(_checkpointable()):
 
 
 def executor(args: argparse.Namespace) -> Any:
+    import cloudpickle
     import submitit
 
+    if __name__ != "__main__":  # imported: the tasks cannot import tools/submit.py by name
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ex = submitit.AutoExecutor(folder=args.folder, cluster="slurm")
     extra = dict(item.split("=", 1) for item in args.slurm)
     ex.update_parameters(
