@@ -11,9 +11,10 @@ setup(
         "coco": ["faster-coco-eval", "pycocotools"],
         "plot": ["matplotlib"],
         "tensorboard": ["tensorboard"],
+        "submitit": ["submitit>=1.5"],  # tools/submit.py
         # The tests read TensorBoard events back and draw the curves, so they need both extras;
         # ruff and import-linter keep the style and the floors of core/ (run by .ci/run).
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",
-                 "matplotlib", "ruff", "import-linter"],
+                 "matplotlib", "submitit>=1.5", "ruff", "import-linter"],
     },
 )

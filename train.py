@@ -18,13 +18,14 @@ from tqdm import tqdm
 
 from core.config import CONFIG_DIR, SystemConfig
 from core.data.prefetch import Prefetcher
+from core.engine import preempt
 from core.engine.build import build, data_only
 from core.engine.launch import launch
-from core.engine.metrics import EVAL_KEYS, Throughput, display_line, open_metrics, training_values
+from core.engine.metrics import EVAL_KEYS, display_line, open_metrics, training_values
 from core.engine.schedule import due, learning_rate_at
 from core.engine.snapshots import Saver
 from core.engine.steps import validate
-from core.engine.stop import StopRequest, agree
+from core.engine.stop import agree_all
 from core.errors import Stopped
 from core.utils.peers import PeerWatch
 
@@ -63,6 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu); under "
                              "--distributed only cuda or cpu: rank r takes cuda:<local rank r>")
+    parser.add_argument("--stop-signal", default=None, choices=("USR1", "USR2", "TERM", "HUP"),
+                        help="the signal that means: snapshot, exit 75, resume me later "
+                             "(default: system.stop_signal, USR1)")
+    parser.add_argument("--requeue", action="store_true",
+                        help="after that signal, requeue the SLURM job (system.requeue)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
     return parser.parse_args(argv)
@@ -74,7 +80,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     if args.dry_run is not None:
         return data_only(args, system_config, db_config, rank, world, device, log)
-    stop = StopRequest()
+    stop = preempt.stop_request(args, system_config)
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
     nnet, share, start, step, counts = job.nnet, job.share, job.start, job.step, job.counts
     if args.initialize:
@@ -83,21 +89,22 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         return 0
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
     evaluate = job.evaluate
-    speed = Throughput()
+    speed, clock = job.speed, preempt.SnapshotClock(system_config.snapshot_minutes)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
-    # ranks stop together, at the end of an iteration, through `agree`.
+    # ranks stop together, at the end of an iteration, through `agree_all`.
     wait_stop = (lambda: False) if distributed else stop
     every = {"display": system_config.display, "val": system_config.val_iter}
     common = {"share": share, "device": nnet.device, "sample": job.sample,
               "system_config": system_config, "probe": job.probe}
     iteration = start
     with contextlib.ExitStack() as stack:
-        train_data = stack.enter_context(Prefetcher(
-            job.make_train_db, workers=args.workers, data_aug=True, stream="train",
-            start=start, **common))
-        val_data = stack.enter_context(Prefetcher(
-            job.make_val_db, workers=1, data_aug=False, stream="val",
-            start=start // every["val"], **common)) if every["val"] else None
+        with preempt.held_back(stop.resume_signal):  # SLURM signals the workers too
+            train_data = stack.enter_context(Prefetcher(
+                job.make_train_db, workers=args.workers, data_aug=True, stream="train",
+                start=start, **common))
+            val_data = stack.enter_context(Prefetcher(
+                job.make_val_db, workers=1, data_aug=False, stream="val",
+                start=start // every["val"], **common)) if every["val"] else None
         bar = stack.enter_context(tqdm(range(start + 1, system_config.max_iter + 1),
                                        disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
         metrics = open_metrics(system_config.snapshot_dir, start, bar, log, rank == 0)
@@ -129,9 +136,13 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                                     eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], job.best)
                 metrics.write(it)
-                if saver.due(it):
+                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?
+                stopping, stop.resume, timed = agree_all(
+                    [stop(), stop.resuming, clock.due()], distributed, nnet.device)
+                if saver.due(it) or (timed and not stopping):
                     saver.save(it)
-                if agree(stop(), distributed, nnet.device):
+                    clock.saved()
+                if stopping:
                     raise Stopped(stop.signum)
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten

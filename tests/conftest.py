@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 COCO128 = SHARED / "data" / "coco128"

@@ -51,6 +51,8 @@ def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_p
     assert [("val_loss" in line) for line in lines if line["iteration"] != stopped] == \
         [it % 3 == 0 for it in range(1, 13) if it != stopped]
     assert lines[0]["lr"] == pytest.approx(0.0005, rel=1e-12)
+    times = [line["time"] for line in lines]  # wall time continues from the stopped run's
+    assert times == sorted(times) and times[stopped] > times[stopped - 1] > 0
 
 
 def test_tensorboard_events_match_the_metrics_file(tmp_path, coco128):

@@ -63,6 +63,11 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     # an exponential moving average of the weights (core/nnet/ema.py); null is off
     "ema_decay": (None, _NUMBER, True),
     "ema_warmup": (2000, (int,), False),
+    # clusters: the signal that means "snapshot, exit 75, resume me", requeueing the SLURM job
+    # then, and snapshots every M minutes of wall time besides the periodic ones
+    "stop_signal": ("USR1", (str,), False),
+    "requeue": (False, (bool,), False),
+    "snapshot_minutes": (None, _NUMBER, True),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -77,12 +82,13 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
              "max_objects", "test_batch_size", "eval_images", "keep_snapshots", "clip_grad_norm",
-             "warmup_factor"}
+             "warmup_factor", "snapshot_minutes"}
 
 _CHOICES = {
     "opt_algo": ("adam", "sgd"),
     "nonfinite_loss": ("stop", "skip"),
     "amp": ("bf16", "fp16"),
+    "stop_signal": ("USR1", "USR2", "TERM", "HUP"),
 }
 
 # Keys that the original's configs carry but its code never read. Accepting them silently would

@@ -32,7 +32,7 @@ from ..utils.device import resolve_device
 from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_files, snapshot_bytes
 from . import snapshots
 from .evaluation import Evaluator
-from .metrics import DataCounts
+from .metrics import DataCounts, Throughput
 from .steps import TrainStep
 
 if TYPE_CHECKING:
@@ -62,10 +62,11 @@ class Run:
     evaluate: Evaluator
     step: TrainStep
     counts: DataCounts
+    speed: Throughput
 
     def state(self, iteration: int) -> dict:
         """The training state a snapshot of `iteration` stores beside the weights."""
-        return {"best": self.best.record,
+        return {"best": self.best.record, "time": self.speed.elapsed(),
                 "counts": {**self.counts.values(), "skipped_steps": self.step.skipped},
                 "data": {"next_batch": iteration, "world_size": self.world,
                          "batch_size": self.system_config.batch_size,
@@ -164,4 +165,4 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
         evaluate=evaluate,
         step=TrainStep(nnet, system_config.nonfinite_loss, log, counts.get("skipped_steps", 0)),
-        counts=DataCounts(log, counts))
+        counts=DataCounts(log, counts), speed=Throughput(resumed.get("time", 0.0)))

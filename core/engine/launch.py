@@ -43,6 +43,7 @@ from ..utils import procs as lifetime
 from ..utils.device import configure, distributed_kind, rank_device, resolve_device
 from ..utils.peers import broken_collective
 from ..utils.procs import process_identity
+from . import cluster, preempt
 from .agree import check_same_config
 from .cli import USER_MISTAKES, describe, report, with_trace
 from .preflight import check_args, preflight, tidy_temp
@@ -150,7 +151,7 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = resolve_device(args.device) if not distributed else None
         if distributed:
-            rank, world, local_rank, url = dist_utils.placement(args, local_rank, procs)
+            rank, world, local_rank, url = cluster.placement(args, local_rank, procs)
             device = rank_device(distributed_kind(args.device), local_rank)
             dist_utils.init(args.dist_backend, url, world, rank, device,
                             world // max(args.world_size, 1))
@@ -162,7 +163,9 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
                 print(f"config {shared} identical on {world} ranks", flush=True)
         written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         configure(device, system_config.deterministic, fixed_sizes=True)
-        return train(args, system_config, db_config, rank, world, device, distributed, watch)
+        status = train(args, system_config, db_config, rank, world, device, distributed, watch)
+        return preempt.requeue(status, args, system_config, rank, functools.partial(
+            print, flush=True))
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
@@ -186,13 +189,19 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
 
 
 def launch(args: argparse.Namespace, train: Train) -> int:
-    """Check the run, then train in this process, under torchrun, or in spawned processes."""
+    """Check the run, then train in this process, under torchrun or srun, or in spawned
+    processes."""
+    preempt.catch_early()
     if dist_utils.launched_by_torchrun():
         args.distributed = True  # torchrun's processes are one run, never independent copies
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
         check_args(args)
+        if args.distributed and cluster.in_job_step():  # srun started this process as a rank
+            cluster.adopt(args, cluster.slurm_task())
+            preflight(args, 1, data=args.rank == 0)
+            return run_rank(train, 0, 1, args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
             args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
             preflight(args, 1, data=False)
@@ -213,5 +222,7 @@ def launch(args: argparse.Namespace, train: Train) -> int:
         preflight(args, procs)
         tidy_temp()
     except USER_MISTAKES as err:
+        if os.environ.get("SLURM_PROCID", "0") != "0" and cluster.in_job_step():
+            return 2  # every task finds the same mistake: task 0 says it
         return report(err)
     return spawn(functools.partial(run_rank, train), procs, args, first_rank=args.rank * procs)

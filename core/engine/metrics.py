@@ -173,9 +173,11 @@ def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
 
 
 class Throughput:
-    """Images/s and the share of wall time spent waiting for data, since the last `read`."""
+    """Images/s and the share of wall time spent waiting for data, since the last `read`;
+    `before`: the wall seconds of the runs this one resumes, so that `elapsed` continues them."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: float = 0.0) -> None:
+        self.before = before
         self._since = time.perf_counter()
         self._images = 0
         self._waited = 0.0
@@ -194,6 +196,10 @@ class Throughput:
         values = {"images_per_s": self._images / span, "data_wait": self._waited / span}
         self._since, self._images, self._waited = now, 0, 0.0
         return values
+
+    def elapsed(self) -> float:
+        """Wall seconds of the whole run: the resumed runs' and this one's."""
+        return self.before + time.perf_counter() - self.began
 
     def overall_wait(self) -> float:
         """The share of all wall time so far spent waiting for data."""
@@ -226,13 +232,13 @@ def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: A
                     speed: Throughput, counts: DataCounts, skipped_steps: int) -> dict[str, Any]:
     """What a display iteration puts: loss and its terms (their names under "terms"), learning
     rate, gradient norm, throughput and data wait since the last display, data counts, skipped
-    steps, wall seconds since the run began and, on CUDA, the peak GPU memory in GiB since the
-    last display (the peak is reset here)."""
+    steps, wall seconds since the run began (across resumes) and, on CUDA, the peak GPU memory
+    in GiB since the last display (the peak is reset here)."""
     values = {"loss": float(loss), **{k: float(v) for k, v in terms.items()},
               "terms": list(terms), "lr": lr,
               "grad_norm": float(grad_norm) if grad_norm is not None else None,
               **speed.read(), **counts.values(), "skipped_steps": skipped_steps,
-              "time": time.perf_counter() - speed.began}
+              "time": speed.elapsed()}
     if getattr(device, "type", None) == "cuda":
         values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
         torch.cuda.reset_peak_memory_stats(device)

@@ -51,11 +51,23 @@ def latest(system_config: SystemConfig, log: Callable[[str], None]) -> int:
 
 def prune(system_config: SystemConfig, keep: int | None) -> list[Path]:
     """Delete all but the `keep` newest numbered snapshots (None keeps all); returns the
-    deleted paths. The best snapshot is a separate file and is never deleted."""
+    deleted paths. The best snapshot is a separate file and is never deleted.
+
+    With system.snapshot_minutes, the snapshots between periods (by the clock or a stop) do not
+    count against `keep`: only the newest of them is kept, and only while it is the newest
+    snapshot, so rolling snapshots never push the periodic ones out.
+    """
     if keep is None:
         return []
-    paths = list(numbered(system_config).values())
-    doomed = paths[:-keep] if len(paths) > keep else []
+    found = numbered(system_config)
+    if system_config.snapshot_minutes is None:
+        paths = list(found.values())
+        doomed = paths[:-keep] if len(paths) > keep else []
+    else:
+        periodic = [it for it in found if it % system_config.snapshot == 0]
+        newest = max(found, default=0)
+        doomed = [found[it] for it in found if it in periodic[:-keep]
+                  or (it not in periodic and it != newest)]
     for path in doomed:
         path.unlink(missing_ok=True)
     return doomed

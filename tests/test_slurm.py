@@ -1,0 +1,183 @@
+"""train.py under a real single-node SLURM (tests/_slurm.py): srun as the launcher, the
+tools/slurm/train.sbatch template, and jobs that are signalled, requeue themselves and resume.
+
+Two CPU tasks with gloo stand for two GPUs (the fixture's node counts two GPUs without devices,
+so the template's --gpus-per-node is granted unchanged). SGD, so that a step is lr times the
+gradient: equal parameters mean equal gradients at every step.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from _resume import (
+    NAME,
+    SGD,
+    SMALL,
+    assert_equal_params,
+    assert_one_record,
+    metrics,
+    snapshot,
+    spawned_reference,
+)
+from _slurm import GPUS
+from _train_helpers import REPO, cmdline, write_config
+
+TEMPLATE = REPO / "tools" / "slurm" / "train.sbatch"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def submit(cluster, config_dir: Path, out: Path, *options: str) -> int:
+    """sbatch of the template, unchanged, with 2 CPU tasks: resources given on the command line
+    override the template's own #SBATCH lines."""
+    return cluster.sbatch(
+        f"--chdir={REPO}", "--ntasks-per-node=2", f"--gpus-per-node={GPUS}",
+        "--cpus-per-task=1", f"--output={out}", "--open-mode=append",
+        f"--export=ALL,PYTHON={sys.executable},OMP_NUM_THREADS=1", *options, str(TEMPLATE),
+        NAME, "--config-dir", str(config_dir), "--workers", "1")
+
+
+def wait_for_line(path: Path, text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.is_file():
+            for line in path.read_text(errors="replace").replace("\r", "\n").splitlines():
+                if text in line:
+                    return line
+        time.sleep(0.5)
+    raise AssertionError(f"no {text!r} in {path}:\n"
+                         + (path.read_text(errors="replace")[-3000:] if path.is_file() else ""))
+
+
+def leftovers(root: Path) -> list[str]:
+    """Processes whose command line names this test's folder."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and str(root) in cmdline(int(entry.name)):
+            found.append(f"{entry.name}: {cmdline(int(entry.name))}")
+    return found
+
+
+def requeued_and_finished(cluster, job: int, timeout: float) -> dict:
+    state = cluster.wait(job, lambda s: s.get("Restarts", "0") != "0"
+                         and s.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED"}, timeout)
+    return state
+
+
+def test_template_with_two_tasks_trains_like_two_spawned_processes(slurm, tmp_path, coco128):
+    config_dir = write_config(tmp_path / "slurm", coco128, db=SMALL, **SGD, max_iter=4,
+                              snapshot=2)
+    out = tmp_path / "job.out"
+    job = submit(slurm, config_dir, out, "--time=10")
+    state = slurm.wait_done(job, timeout=300)
+    text = out.read_text(errors="replace")
+    assert state["JobState"] == "COMPLETED", text[-3000:]
+    assert "processes: 2, global batch 4 in chunks [2, 2]" in text
+    files = sorted(p.name for p in (tmp_path / "slurm/cache/nnet" / NAME).glob("*.pkl"))
+    assert files == [f"{NAME}_2.pkl", f"{NAME}_4.pkl"]  # one set of snapshots, not one per task
+    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=4, snapshot=2)
+    for iteration in (2, 4):
+        assert_equal_params(snapshot(tmp_path / "slurm", iteration)["model"],
+                            snapshot(reference, iteration)["model"])
+
+
+def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_run(
+        slurm, tmp_path, coco128):
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
+    out = tmp_path / "job.out"
+    job = submit(slurm, config_dir, out, "--time=10")
+    wait_for_line(out, "iteration 4: loss", timeout=240)
+    slurm.cmd("scancel", "--signal=USR1", "--full", str(job))
+    stopped = wait_for_line(out, "stopped by signal after iteration", timeout=60)
+    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
+    assert 4 <= iteration < 14
+    state = requeued_and_finished(slurm, job, timeout=300)
+    text = out.read_text(errors="replace")
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
+    assert f"requeued SLURM job {job}" in text
+    assert f"continuing from snapshot {iteration}" in text
+    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_one_record(root, 14)
+    resumed = next(line for line in metrics(root) if line["iteration"] == iteration + 1)
+    assert resumed["time"] > next(line["time"] for line in metrics(root)
+                                  if line["iteration"] == iteration)
+    time.sleep(2)
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_finishes(
+        slurm, tmp_path, coco128):
+    """--time=1 --signal=USR1@10: the only test that waits for SLURM's clock. The signal comes
+    20-50 s after the start, on a loaded machine possibly before the first iteration (caught
+    early, it stops after iteration 1). The run is long enough to be still training then; once
+    its snapshot is on disk the test shortens the run to 4 more iterations (max_iter does not
+    enter the arithmetic), so that the uninterrupted reference stays small."""
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000)
+    out = tmp_path / "job.out"
+    job = submit(slurm, config_dir, out, "--time=1", "--signal=USR1@10")
+    stopped = wait_for_line(out, "stopped by signal after iteration", timeout=150)
+    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
+    assert snapshot(root, iteration)["iteration"] == iteration
+    last = iteration + 4
+    write_config(root, coco128, db=SMALL, **SGD, max_iter=last, snapshot=100000)
+    # The requeued job would get the same minute, and on a loaded machine spend it starting:
+    # one limit is what this test is about, so the next job gets ten.
+    slurm.cmd("scontrol", "update", f"JobId={job}", "TimeLimit=10")
+    state = requeued_and_finished(slurm, job, timeout=300)
+    text = out.read_text(errors="replace")
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
+    assert "DUE TO TIME LIMIT" not in text  # the tasks ended themselves, before the limit
+    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=last, snapshot=100000)
+    assert_equal_params(snapshot(root, last)["model"], snapshot(reference, last)["model"])
+    assert_one_record(root, last)
+
+
+def test_a_task_count_the_batch_cannot_be_dealt_to_is_one_line_before_training(
+        slurm, tmp_path, coco128):
+    config_dir = write_config(tmp_path, coco128, db=SMALL, **{**SGD, "batch_size": 2})
+    result = slurm.cmd("srun", "-n3", "--overcommit", f"--chdir={REPO}", sys.executable,
+                       str(REPO / "train.py"), NAME, "--config-dir", str(config_dir),
+                       "--distributed", "--workers", "1", timeout=240, check=False)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode != 0
+    assert len(errors) == 1, result.stderr
+    assert "3 processes" in errors[0] or "3 images" in errors[0], errors[0]
+    assert "iteration 1" not in result.stdout
+
+
+def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninterrupted_one(
+        slurm, tmp_path, coco128, monkeypatch):
+    """tools/submit.py: SIGUSR2 (what submitit asks SLURM for) snapshots on every rank, then
+    submitit's own handler checkpoints and requeues; the resubmitted call resumes."""
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.syspath_prepend(str(REPO / "tools"))
+    import submit
+
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
+    folder = tmp_path / "submitit"
+    args = submit.parse_args([NAME, "--gpus-per-node", str(GPUS), "--cpus-per-task", "1",
+                              "--hours", "0.2", "--folder", str(folder), "--", "--config-dir",
+                              str(config_dir), "--workers", "1"])
+    job = submit.executor(args).submit(submit.Training(args.cfg, args.train_args))
+    log = folder / f"{job.job_id}_0_log.out"
+    wait_for_line(log, "iteration 4: loss", timeout=240)
+    slurm.cmd("scancel", "--signal=USR2", str(job.job_id))
+    stopped = wait_for_line(log, "stopped by signal after iteration", timeout=60)
+    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
+    state = requeued_and_finished(slurm, int(job.job_id), timeout=300)
+    errors = (folder / f"{job.job_id}_0_log.err").read_text(errors="replace")
+    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", errors[-3000:]
+    assert f"continuing from snapshot {iteration}" in log.read_text(errors="replace")
+    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_one_record(root, 14)

@@ -1,0 +1,114 @@
+#!/usr/bin/env python
+"""Submit a training run to SLURM from Python with submitit (pip install -e ".[submitit]").
+
+    python tools/submit.py CornerNet_Squeeze --nodes 1 --gpus-per-node 4 --hours 24 \\
+        --partition gpu [--slurm account=myproject] [-- more train.py options]
+
+One task per GPU; each task is one rank of `train.py <Cfg> --distributed --iter latest` (srun
+placement, as with tools/slurm/train.sbatch). Preemption and time limits use submitit's own
+mechanism: SLURM sends SIGUSR2 `--signal-delay-s` before the limit; train.py, told that USR2 is
+its resume signal, stops every rank at the end of the iteration and writes a snapshot; then rank 0
+hands the signal back to submitit, which calls `checkpoint` (resubmit the same call, whose
+`--iter latest` continues from that snapshot) and requeues the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESUME_SIGNAL = "USR2"  # the signal submitit asks SLURM for (--signal=USR2@<delay>)
+
+
+def _checkpointable() -> type:
+    try:
+        from submitit.helpers import Checkpointable
+    except ImportError as err:
+        raise SystemExit('error: tools/submit.py needs submitit: pip install -e ".[submitit]"'
+                         ) from err
+    return Checkpointable
+
+
+class Training(_checkpointable()):
+    """The callable every task runs; submitit's default `checkpoint` resubmits it unchanged."""
+
+    def __init__(self, cfg: str, train_args: list[str]) -> None:
+        self.cfg, self.train_args = cfg, list(train_args)
+
+    def argv(self) -> list[str]:
+        return [self.cfg, "--distributed", "--iter", "latest", "--stop-signal", RESUME_SIGNAL,
+                *self.train_args]
+
+    def __call__(self) -> int:
+        sys.path.insert(0, str(REPO))
+        import train
+        from core.engine.stop import RESUME_STATUS
+
+        submitits = signal.getsignal(signal.SIGUSR2)  # train.py takes USR2 over while it runs
+        status = train.main(self.argv())
+        signal.signal(signal.SIGUSR2, submitits)
+        if status == RESUME_STATUS:  # snapshot written: now submitit checkpoints and requeues
+            os.kill(os.getpid(), signal.SIGUSR2)  # on rank 0 submitit's handler exits
+            return status
+        if status:
+            raise RuntimeError(f"train.py {' '.join(self.argv())} ended with status {status}")
+        return status
+
+
+def executor(args: argparse.Namespace) -> Any:
+    import cloudpickle
+    import submitit
+
+    if __name__ != "__main__":  # imported: the tasks cannot import tools/submit.py by name
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ex = submitit.AutoExecutor(folder=args.folder, cluster="slurm")
+    extra = dict(item.split("=", 1) for item in args.slurm)
+    ex.update_parameters(
+        nodes=args.nodes, tasks_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task,
+        gpus_per_node=args.gpus_per_node, timeout_min=int(args.hours * 60),
+        slurm_signal_delay_s=args.signal_delay_s, name=args.name or args.cfg,
+        slurm_partition=args.partition, slurm_additional_parameters=extra)
+    return ex
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="after --: more train.py options")
+    parser.add_argument("cfg", help="config name: configs/<cfg>.json")
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--gpus-per-node", type=int, default=4,
+                        help="GPUs per node, one task (rank) each")
+    parser.add_argument("--cpus-per-task", type=int, default=8)
+    parser.add_argument("--hours", type=float, default=24.0, help="time limit of one job")
+    parser.add_argument("--signal-delay-s", type=int, default=300,
+                        help="SIGUSR2 this long before the limit (README: how long a stop takes)")
+    parser.add_argument("--partition", default=None)
+    parser.add_argument("--name", default=None, help="job name (default: the config)")
+    parser.add_argument("--folder", default=str(REPO / "cache" / "submitit" / "%j"),
+                        help="submitit's logs and pickles")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other sbatch option, e.g. account=proj or mem=64G")
+    parser.add_argument("--wait", action="store_true", help="wait for the run and its result")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    args.train_args = argv[cut + 1:]  # after --: more train.py options
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    job = executor(args).submit(Training(args.cfg, args.train_args))
+    print(f"submitted job {job.job_id}: logs in {args.folder.replace('%j', str(job.job_id))}")
+    if args.wait:
+        return int(job.result() or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
