@@ -63,7 +63,7 @@ def test_unknown_model_lists_the_valid_ones():
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
 def test_shipped_configs_fit_their_models(name):
     system, db = load_config(name)
-    check_model_fit(system.model or system.snapshot_name, db)
+    check_model_fit(system.model_name, db)
 
 
 # ------------------------------------------------------------------------ snapshot configs

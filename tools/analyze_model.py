@@ -20,6 +20,7 @@ import torch
 
 from core.config import CONFIG_DIR, load_config
 from core.engine.cli import run_cli
+from core.models import build_model
 from core.nnet.cost import (
     cuda_step_peak_bytes,
     forward_flops,
@@ -27,7 +28,6 @@ from core.nnet.cost import (
     saved_activation_bytes,
 )
 from core.nnet.freeze import freeze
-from core.nnet.py_factory import build_model
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -48,7 +48,7 @@ def analyze(system_config, db_config: dict, test_size: tuple[int, int],
             device: torch.device) -> dict:
     """The numbers the tool prints, as a dict."""
     with torch.device("meta"):
-        model = build_model(system_config, db_config["categories"])
+        model = build_model(system_config.model_name, db_config["categories"])
     freeze(model, system_config.freeze)
     train_size = tuple(db_config["input_size"])
     report = {"config": system_config.snapshot_name, "parameters": parameter_counts(model),
@@ -56,7 +56,7 @@ def analyze(system_config, db_config: dict, test_size: tuple[int, int],
               "test_gflops": forward_flops(model, test_size, test=True) / 1e9,
               "train_gflops": forward_flops(model, train_size, test=False) / 1e9}
     if device.type == "cuda":
-        on_device = build_model(system_config, db_config["categories"]).to(device)
+        on_device = build_model(system_config.model_name, db_config["categories"]).to(device)
         report["activation_mib"] = cuda_step_peak_bytes(on_device, train_size, device) / 2**20
         report["activation_measure"] = f"peak allocated on {device}"
     else:

@@ -243,6 +243,11 @@ class SystemConfig:
         return path if path.is_absolute() else (self._root / path).resolve()
 
     @property
+    def model_name(self) -> str:
+        """The model module's name: `system.model`, else the config (snapshot) name."""
+        return self.model or self.snapshot_name
+
+    @property
     def root_dir(self) -> Path:
         return self._root
 

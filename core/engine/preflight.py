@@ -27,7 +27,7 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     shares = [deal(system_config, rank, world) for rank in range(world)]
     check_runtime(system_config, resolve_device(
         distributed_kind(args.device) if args.distributed else args.device))
-    check_model_fit(system_config.model or system_config.snapshot_name, db_config)
+    check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
     check_shm(shm_need(system_config, db_config, args.workers,
                        batch_size=sum(share.local_batch for share in node)))

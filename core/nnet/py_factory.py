@@ -76,7 +76,7 @@ class NetworkFactory:
         check_runtime(system_config, self.device)
         self.share = share
         self.distributed = distributed
-        model = build_model(system_config.model or system_config.snapshot_name, self.categories)
+        model = build_model(system_config.model_name, self.categories)
         self.frozen = freeze(model, system_config.freeze)
         self.one_forward = parallel.one_forward(system_config.sync_bn, distributed, share)
         if self.one_forward:
