@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 RUNS = {
     "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
                      "CornerNet_Tiny     cpu fwd+bwd 128x128"),
+    "bench_preempt": (["--trials", "1", "--after", "1", "--batch", "2"], "median: snapshot on disk"),
     "bench_prefetch": (["--batches", "2", "--batch-size", "2", "--tiny-iters", "2"],
                        "CornerNet_Tiny CPU training (2 iterations)"),
     "bench_ring": (["--batches", "2", "--batch-size", "2", "--repeats", "1", "--build-ms", "1"],
@@ -55,8 +56,10 @@ def test_plot_metrics_draws_a_metrics_file(tmp_path):
 
 
 # Scripts whose own tests run them as processes: tests/test_analyze_model.py,
-# tests/test_analyze_results.py.
-RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py"}
+# tests/test_analyze_results.py, tests/test_gpu_check.py (which needs no GPU to start it) and
+# tests/test_slurm.py (submit.py, on the real SLURM the tests start).
+RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py", "bench/gpu_check.py",
+                 "tools/submit.py"}
 
 
 def test_every_script_of_bench_and_tools_is_covered():
