@@ -21,7 +21,7 @@ from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, look
 from core.dbs import datasets
 from core.inference import test_func
 from core.inference.cli import UsageError, run_cli
-from core.nnet.py_factory import NetworkFactory
+from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
 
@@ -37,6 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--thresh", type=float, default=0.5, help="draw boxes scoring above it")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_runtime_args(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser.parse_args(argv)
 
@@ -94,7 +95,7 @@ def main(args: argparse.Namespace) -> list[Path]:
     outputs = output_files(inputs, args.out)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     snapshot = system_config.snapshot_file(testiter)
-    if not snapshot.is_file():
+    if args.runtime == "torch" and not snapshot.is_file():
         raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist; "
                          "pick --testiter")
     try:
@@ -104,9 +105,7 @@ def main(args: argparse.Namespace) -> list[Path]:
 
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
-    nnet = NetworkFactory(system_config, db, device=args.device)
-    nnet.load_params(testiter, model_only=True)
-    nnet.eval_mode()
+    nnet, _ = open_network(args.runtime, system_config, db, testiter, args.device, args.onnx)
     inference = lookup(test_func, system_config.sampling_function, "sampling function")
 
     written, bad = [], []

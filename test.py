@@ -25,7 +25,7 @@ from core.inference.cli import UsageError, run_cli
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Journal
 from core.inference.loop import ImageResult
-from core.nnet.py_factory import NetworkFactory
+from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -77,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backend", choices=BACKENDS, default="faster",
                         help="COCO evaluator (pycocotools is the reference)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_runtime_args(parser)
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):
         value = getattr(args, name)
@@ -189,7 +190,7 @@ def main(args: argparse.Namespace) -> dict | None:
     if db.has_annotations:
         require_backend(args.backend)
     snapshot = system_config.snapshot_file(testiter)
-    if not snapshot.is_file():
+    if args.runtime == "torch" and not snapshot.is_file():
         have = sorted(p.name for p in system_config.snapshot_dir.glob("*.pkl"))
         raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist "
                          f"(available: {', '.join(have) or 'none'}); train first or pick "
@@ -199,13 +200,13 @@ def main(args: argparse.Namespace) -> dict | None:
     if not inds:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
 
-    nnet = NetworkFactory(system_config, db, device=args.device)
-    print(f"loading {snapshot}")
-    nnet.load_params(testiter, model_only=True)
-    nnet.eval_mode()
+    nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
+                                    args.onnx)
+    print(f"loading {model_file} ({args.runtime})")
 
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(snapshot), "split": split,
+                   "snapshot": snapshot_identity(model_file), "runtime": args.runtime,
+                   "split": split,
                    "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
                    "device": str(nnet.device), "torch": torch.__version__}
     journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
