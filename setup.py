@@ -11,6 +11,8 @@ setup(
         "coco": ["faster-coco-eval", "pycocotools"],
         "plot": ["matplotlib"],
         "tensorboard": ["tensorboard"],
+        # tools/export.py and --runtime onnxruntime; the versions the export was checked with.
+        "onnx": ["onnx==1.23.2", "onnxscript==0.7.2", "onnxruntime==1.32.0"],
         # The tests read TensorBoard events back and draw the curves, so they need both extras.
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",
                  "matplotlib"],

@@ -22,8 +22,8 @@ import cv2
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, load_config, lookup
-from core.dbs import datasets
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup
+from core.dbs import DatasetError, datasets
 from core.inference.cli import UsageError, run_cli
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.onnx_runtime import OnnxNetwork, onnx_file
@@ -80,7 +80,11 @@ def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
     """The (H, W, 3) uint8 image of the check and its name."""
     if args.image is not None:
         return read_image(args.image), str(args.image)
-    for ind in db.db_inds[:20]:
+    try:
+        inds = db.db_inds[:20]
+    except ValueError:  # a dataset without a split: no images of its own
+        inds = []
+    for ind in inds:
         try:
             return db.read_image(ind), f"image {db.image_id(ind)} of the validation split"
         except ImageReadError:
@@ -99,8 +103,11 @@ def main(args: argparse.Namespace) -> Path:
         raise UsageError(f"no snapshot for iteration {testiter}: {snapshot} does not exist "
                          f"(available: {', '.join(have) or 'none'}); train first or pick "
                          "--testiter")
-    db = lookup(datasets, system_config.dataset, "dataset")(
-        db_config, split=system_config.val_split, sys_config=system_config)
+    dataset = lookup(datasets, system_config.dataset, "dataset")
+    try:
+        db = dataset(db_config, split=system_config.val_split, sys_config=system_config)
+    except (FileNotFoundError, ConfigError, DatasetError):
+        db = dataset(db_config, split=None, sys_config=system_config)  # then --image is needed
     out = args.out or onnx_file(system_config, testiter)
     nnet = NetworkFactory(system_config, db, device="cpu")
     nnet.load_params(testiter, model_only=True)
