@@ -20,8 +20,8 @@ from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
 from core.inference import test_func
+from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
-from core.nnet.py_factory import NetworkFactory
 from core.utils.files import StorageError, probe_writable
 from core.utils.images import ImageReadError, read_image
 from core.utils.vis import save_detections
@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_runtime_args(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser.parse_args(argv)
 
@@ -102,7 +103,8 @@ def main(args: argparse.Namespace) -> list[Path]:
     inputs = input_files(args.images)
     outputs = output_files(inputs, args.out)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
-    require_snapshot(system_config, testiter, "pick --testiter")
+    if args.runtime == "torch":
+        require_snapshot(system_config, testiter, "pick --testiter")
     try:  # an unwritable --out is found now, not after the first image
         probe_writable(args.out, "--out")
     except StorageError as err:
@@ -110,9 +112,7 @@ def main(args: argparse.Namespace) -> list[Path]:
 
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
-    nnet = NetworkFactory(system_config, db, device=args.device)
-    nnet.load_params(testiter, model_only=True)
-    nnet.eval_mode()
+    nnet, _ = open_network(args.runtime, system_config, db, testiter, args.device, args.onnx)
     print("weights: " + ("the average (system.ema_decay)" if nnet.evaluated_weights == "ema"
                          else "the trained ones"))
     inference = lookup(test_func, system_config.sampling_function, "sampling function")

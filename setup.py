@@ -12,6 +12,8 @@ setup(
         "plot": ["matplotlib"],
         "tensorboard": ["tensorboard"],
         "submitit": ["submitit>=1.5"],  # tools/submit.py
+        # tools/export.py and --runtime onnxruntime; the versions the export was checked with.
+        "onnx": ["onnx==1.23.2", "onnxscript==0.7.2", "onnxruntime==1.32.0"],
         # The tests read TensorBoard events back and draw the curves, so they need both extras;
         # ruff and import-linter keep the style and the floors of core/ (run by .ci/run).
         "test": ["pytest", "pytest-timeout", "faster-coco-eval", "pycocotools", "tensorboard",

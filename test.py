@@ -27,8 +27,8 @@ from core.inference import DetectionRun, detect, score
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Journal
 from core.inference.loop import ImageResult
+from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
-from core.nnet.py_factory import NetworkFactory
 from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -86,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--raw-weights", action="store_true",
                         help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_runtime_args(parser)
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):
         value = getattr(args, name)
@@ -199,21 +200,21 @@ def main(args: argparse.Namespace) -> dict | None:
     check_writable(out_dir)
     if db.has_annotations:
         require_backend(args.backend)
-    snapshot = require_snapshot(system_config, testiter, "train first or pick --testiter")
+    if args.runtime == "torch":
+        require_snapshot(system_config, testiter, "train first or pick --testiter")
     batch_size = args.batch or system_config.test_batch_size
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
 
-    nnet = NetworkFactory(system_config, db, device=args.device)
-    print(f"loading {snapshot}")
-    nnet.load_params(testiter, model_only=True)
-    nnet.use_ema = not args.raw_weights
-    nnet.eval_mode()
+    nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
+                                    args.onnx, raw_weights=args.raw_weights)
+    print(f"loading {model_file} ({args.runtime})")
     print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
 
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(snapshot), "split": split,
+                   "snapshot": snapshot_identity(model_file), "runtime": args.runtime,
+                   "split": split,
                    "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
                    "device": str(nnet.device), "torch": torch.__version__,
                    "weights": nnet.evaluated_weights}

@@ -45,6 +45,39 @@ def channels_last_max(x: torch.Tensor, dim: int, reverse: bool) -> torch.Tensor:
     return directional_max(nhwc, dim - 1, reverse).permute(0, 3, 1, 2)
 
 
+def max_scan(x: torch.Tensor, dim: int, reverse: bool, max_length: int) -> torch.Tensor:
+    """`directional_max` from ops every ONNX runtime has (ONNX has no CumMax).
+
+    After step k every position holds the maximum of the 2**k positions ending (or, when
+    `reverse`, starting) at it: the running maximum with the tensor shifted by 2**k along `dim`,
+    the gap filled with -inf. Max involves no rounding, so the values equal cummax's bit for bit
+    for any size up to `max_length` (the steps are fixed, so an exported graph keeps them for
+    every input size). Used only when exporting: training keeps cummax and its gradient.
+
+    Args:
+        x: (B, C, H, W) float.
+        dim: 2 (vertical) or 3 (horizontal).
+        reverse: scan from the far end towards index 0.
+        max_length: the largest size along `dim` the result must be exact for.
+
+    Returns:
+        Same shape and dtype as `x`.
+    """
+    length = x.shape[dim]
+    shift = 1
+    while shift < max_length:
+        sizes = [shift if d == dim else -1 for d in range(x.dim())]
+        pad = torch.full_like(x.narrow(dim, 0, 1), float("-inf")).expand(*sizes)
+        if reverse:
+            shifted = torch.cat((x, pad), dim).narrow(dim, shift, length)
+        else:
+            shifted = torch.cat((pad, x), dim).narrow(dim, 0, length)
+        # On ties keep the nearer element, as cummax does: -0.0 and 0.0 come out as it gives.
+        x = torch.where(shifted > x, shifted, x)
+        shift *= 2
+    return x
+
+
 class TopPool(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return directional_max(x, 2, reverse=True)

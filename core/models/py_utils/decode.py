@@ -13,6 +13,8 @@ their flat (class, y, x) index, where `torch.topk` leaves their order unspecifie
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -126,10 +128,28 @@ def topk(scores: Tensor, K: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor
 
 
 def _split_index(flat: Tensor, height: int, width: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Flat (class, y, x) indices -> spatial index, class, y and x (float) as `topk` returns."""
+    """Flat (class, y, x) indices -> spatial index, class, y and x (float) as `topk` returns.
+
+    Written with // and - only: the ONNX exporter cannot translate % by a symbolic size."""
     clses = flat // (height * width)
-    inds = flat % (height * width)
-    return inds, clses, (inds // width).float(), (inds % width).float()
+    inds = flat - clses * (height * width)
+    ys = inds // width
+    return inds, clses, ys.float(), (inds - ys * width).float()
+
+
+def dense_peak_topk(logits: Tensor, K: int, kernel: int = 1
+                    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`peak_topk` with the dense computation only, for exported graphs: no Python loop, no
+    data-dependent shape; every pixel is scored.
+
+    `Tensor.topk` breaks ties among equal scores in no fixed order in torch, while ONNX's TopK
+    puts the lower index first, which is `ordered_topk`'s order: the exported graph gives
+    `peak_topk`'s corners, and so does this function when no two of the K best scores tie.
+    """
+    batch, _, height, width = logits.shape
+    heat = nms_heatmap(logits.sigmoid(), kernel)
+    scores, flat = heat.reshape(batch, -1).topk(K, dim=1)
+    return (scores, *_split_index(flat, height, width))
 
 
 def peak_topk(logits: Tensor, K: int, kernel: int = 1
@@ -240,6 +260,7 @@ def decode(
     ae_threshold: float = 1.0,
     num_dets: int = 1000,
     no_border: bool = False,
+    corners: Callable[..., tuple[Tensor, ...]] = peak_topk,
 ) -> Tensor:
     """Turn one stack's corner heads into scored boxes.
 
@@ -254,20 +275,22 @@ def decode(
         no_border: also reject pairs whose top-left corner lies on the top or left edge of the
             map or whose bottom-right corner lies on the bottom or right edge (Saccade crops,
             where such corners are usually cut by the crop, not real corners).
+        corners: finds the K best corners of a heatmap, `peak_topk` or, for export,
+            `dense_peak_topk`.
 
     Returns:
         (B, num_dets, 8) float32 rows `[x1, y1, x2, y2, score, tl_score, br_score, cls]` in
         output-map coordinates, `cls` 0-based, sorted by score; rejected pairs have score -1.
     """
     batch, channels, height, width = tl_heat.shape
-    if K > channels * height * width or num_dets > K * K:
+    if not torch.compiler.is_exporting() and (K > channels * height * width or num_dets > K * K):
         raise ValueError(
             f"decode needs K <= C*H*W = {channels * height * width} and num_dets <= K*K; "
             f"got K={K}, num_dets={num_dets}: lower top_k or num_dets in the config"
         )
 
-    tl_scores, tl_inds, tl_clses, tl_ys, tl_xs = peak_topk(tl_heat.float(), K, kernel)
-    br_scores, br_inds, br_clses, br_ys, br_xs = peak_topk(br_heat.float(), K, kernel)
+    tl_scores, tl_inds, tl_clses, tl_ys, tl_xs = corners(tl_heat.float(), K, kernel)
+    br_scores, br_inds, br_clses, br_ys, br_xs = corners(br_heat.float(), K, kernel)
 
     # Pair grid: dim 1 indexes the top-left corner, dim 2 the bottom-right corner.
     tl_ys, tl_xs = tl_ys.unsqueeze(2), tl_xs.unsqueeze(2)

@@ -1,0 +1,153 @@
+"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime.
+
+Both runtimes answer `test(images, **decode_kwargs)` as `NetworkFactory.test` does, so one
+`detect()` loop, one inference per sampling function and one scorer serve both: only the network
+and the decoding (inside the graph) differ. The graph's metadata (see core/nnet/export.py) must
+name the config and class count being evaluated, and the decode settings it was exported with
+must be the ones asked for; anything else is a one-line error saying what to do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
+from core.nnet.py_factory import NetworkFactory
+
+from ..errors import UsageError
+
+RUNTIMES = ("torch", "onnxruntime")
+
+
+class MissingOnnxRuntime(UsageError):
+    """onnxruntime is not installed."""
+
+
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    """--runtime and --onnx, as test.py and demo.py take them."""
+    parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
+                        help="run the network in torch (the snapshot) or in onnxruntime (the "
+                             "file tools/export.py wrote)")
+    parser.add_argument("--onnx", type=Path, default=None, metavar="PATH",
+                        help="with --runtime onnxruntime: the .onnx file (default: the exported "
+                             "file of the snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
+
+
+def onnx_file(system_config: Any, testiter: int | str) -> Path:
+    """Where tools/export.py writes the graph of snapshot `testiter`: beside the snapshot."""
+    return system_config.snapshot_file(testiter).with_suffix(".onnx")
+
+
+def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
+                 device: str | None, onnx: Path | None = None,
+                 raw_weights: bool = False) -> tuple[Any, Path]:
+    """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
+
+    torch: a NetworkFactory with the snapshot loaded, in eval mode, running the weight average
+    when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
+    (default `onnx_file`), checked against the config's name and class count; its weights are
+    those the export took.
+    """
+    if runtime == "torch":
+        nnet = NetworkFactory(system_config, db, device=device)
+        nnet.load_params(testiter, model_only=True)
+        nnet.use_ema = not raw_weights
+        nnet.eval_mode()
+        return nnet, system_config.snapshot_file(testiter)
+    path = Path(onnx) if onnx is not None else onnx_file(system_config, testiter)
+    if not path.is_file():
+        raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
+                         f"{system_config.snapshot_name} --testiter {testiter} or name one "
+                         "with --onnx")
+    return OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
+                       device), path
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise MissingOnnxRuntime("onnxruntime is not installed: pip install -e '.[onnx]'"
+                                 ) from None
+    return onnxruntime
+
+
+def read_metadata(session: Any) -> dict[str, Any]:
+    """The export metadata of an onnxruntime session, decoded (empty for a foreign file)."""
+    props = session.get_modelmeta().custom_metadata_map
+    return {key: json.loads(props[key]) for key in META_KEYS if key in props}
+
+
+class OnnxNetwork:
+    """An exported detector in onnxruntime, used like a NetworkFactory by the inference code.
+
+    `test(images (B, 3, H, W) float32, **decode_kwargs)` returns what the torch model's test path
+    returns: `(detections,)` with detections (B, num_dets, 8) float32 as `decode` gives them,
+    or, for a model with attention heads, `(detections, [att (B, 1, h_j, w_j) float32, ...])`
+    (only detections with `no_att=True`). Tensors come back on the CPU.
+
+    Threads: onnxruntime uses as many as torch does (`torch.get_num_threads()`, which
+    OMP_NUM_THREADS sets), so both runtimes follow the same setting.
+    """
+
+    def __init__(self, path: Path, config: str, categories: int, device: str = "cpu") -> None:
+        ort = _ort()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = torch.get_num_threads()
+        options.inter_op_num_threads = 1
+        providers = ["CPUExecutionProvider"]
+        if torch.device(device).type == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise UsageError("--device cuda with --runtime onnxruntime needs "
+                                 "onnxruntime-gpu; use --device cpu or install it")
+            providers.insert(0, "CUDAExecutionProvider")
+        try:
+            self.session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as err:  # noqa: BLE001 - onnxruntime raises its own plain types
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise UsageError(f"{path} is not a readable ONNX file ({first}); export it again "
+                             "with python tools/export.py") from None
+        self.path = path
+        self.meta = read_metadata(self.session)
+        if self.meta.get("config") != config or self.meta.get("categories") != categories:
+            raise UsageError(
+                f"{path} was exported from config {self.meta.get('config', '?')} with "
+                f"{self.meta.get('categories', '?')} classes, not {config} with {categories}: "
+                f"export {config} with python tools/export.py {config} or pass its file "
+                "to --onnx")
+        self.device = torch.device("cpu")
+        self.outputs = [output.name for output in self.session.get_outputs()]
+        # "ema" or "raw", as test.py reports it; files from before it was recorded hold raw ones
+        self.evaluated_weights = self.meta.get("weights", "raw")
+
+    def check_input(self, shape: tuple[int, ...]) -> None:
+        """A one-line error unless (B, 3, H, W) is a size the exported network takes."""
+        rule = self.meta["size_rule"]
+        if len(shape) != 4 or shape[1] != 3 or not (fits(shape[2], rule) and
+                                                     fits(shape[3], rule)):
+            raise UsageError(f"{self.path} cannot take an input of shape {tuple(shape)}: it "
+                             f"needs (B, 3, H, W) with H and W {describe_sizes(rule)}")
+
+    def check_decode(self, kwargs: dict[str, Any]) -> None:
+        """A one-line error unless `kwargs` are the decode settings the graph holds."""
+        baked = self.meta["decode"]
+        asked = {key: value for key, value in kwargs.items() if key != "no_att"}
+        if asked != {key: baked.get(key) for key in asked} or set(baked) - set(asked):
+            raise UsageError(f"{self.path} decodes with {baked}, but {asked} is asked for: "
+                             "export the snapshot again with this config's test settings")
+
+    def test(self, image: torch.Tensor, no_att: bool = False, **kwargs: Any) -> Any:
+        self.check_input(tuple(image.shape))
+        self.check_decode({**kwargs, "no_att": no_att})
+        pixels = np.ascontiguousarray(image.detach().cpu().numpy(), dtype=np.float32)
+        found = [torch.from_numpy(out) for out in
+                 self.session.run(self.outputs, {INPUT_NAME: pixels})]
+        if len(found) == 1:
+            return (found[0],)
+        return found[0] if no_att else (found[0], found[1:])

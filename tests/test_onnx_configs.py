@@ -1,0 +1,71 @@
+"""The shipped configs export with dynamic batch and size, and onnxruntime gives torch's outputs
+on a real coco128 image at two sizes with a batch of 2 (the image and its mirror)."""
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from _onnx import spread_weights
+
+from core.config import load_config
+from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.inference.onnx_runtime import OnnxNetwork
+from core.nnet.export import (
+    DeployGraph,
+    compare_outputs,
+    export_onnx,
+    metadata,
+    output_names,
+    size_rule,
+)
+from core.nnet.py_factory import build_model
+
+pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
+pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
+pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")
+
+MEAN = np.array([0.40789654, 0.44719302, 0.47026115], dtype=np.float32)
+STD = np.array([0.28863828, 0.27408164, 0.27809835], dtype=np.float32)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("name", ["CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet"])
+def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_path):
+    system_config, db_config = load_config(name)
+    categories = db_config["categories"]
+    torch.manual_seed(0)
+    model = build_model(system_config, categories).eval()
+    spread_weights(model)
+    # ae_threshold 100: pairs are judged by class and geometry only, so many rows are valid.
+    settings = {**decode_kwargs(db_config), "ae_threshold": 100}
+    if model.with_att:
+        settings["no_border"] = True
+    image = cv2.imread(str(coco128 / "images" / "000000000529.jpg"))
+    batches = []
+    for scale in (0.25, 0.4):  # canvases 255x127 and 383x255
+        canvas = resize_and_pad(image, scale)[0]
+        batches.append(network_input(np.stack((canvas, cv2.flip(canvas, 1))), MEAN, STD,
+                                     "cpu").contiguous())
+    with torch.no_grad():
+        expected = [model(batch, test=True, **settings) for batch in batches]
+
+    rule = size_rule(model)
+    path = tmp_path / f"{name}.onnx"
+    names = export_onnx(DeployGraph(model, settings), path,
+                        torch.zeros(2, 3, rule["multiple"] - 1, 2 * rule["multiple"] - 1), 18,
+                        metadata(name, name, categories, settings, rule, output_names(model), 0),
+                        2048)
+    runtime = OnnxNetwork(path, name, categories)
+
+    assert names == (["detections", "att0", "att1", "att2"] if model.with_att
+                     else ["detections"])
+    for batch, reference in zip(batches, expected):
+        got = runtime.test(batch, **settings)
+        if model.with_att:
+            got, reference = [got[0], *got[1]], [reference[0], *reference[1]]
+        else:
+            got, reference = [got[0]], [reference[0]]
+        report = compare_outputs([t.numpy() for t in got], [t.numpy() for t in reference])
+        assert report["ok"], report
+        assert sum(report["valid"]) > 0, report

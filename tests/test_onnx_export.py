@@ -1,0 +1,189 @@
+"""tools/export.py and `--runtime onnxruntime`: the exported graph gives torch's detections.
+
+One CornerNet_Tiny snapshot on coco128 (80 classes) is exported once per module; its weights
+(`spread_weights`) give maps that vary with the image and real pairs of class 1 (person).
+"""
+
+import json
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from _onnx import spread_weights
+from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+
+import demo
+from core.config import load_config
+from core.dbs import datasets
+from core.errors import UsageError
+from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.inference.onnx_runtime import OnnxNetwork, open_network
+from core.nnet.export import compare_outputs
+from core.nnet.py_factory import NetworkFactory
+
+onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
+pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
+pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")
+
+IMAGE = "000000000529.jpg"
+# Exporting takes 30 s of CPU; on a shared machine the wall time can be ten times that.
+EXPORT_TIMEOUT = 1200
+pytestmark = pytest.mark.timeout(EXPORT_TIMEOUT + 300)
+
+
+def export(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(script("tools/export.py", *args), check=False, capture_output=True,
+                          text=True, timeout=EXPORT_TIMEOUT, cwd=ROOT, env=script_env())
+
+
+def open_db(root):
+    system_config, db_config = load_config("CocoTiny", root / "configs")
+    return system_config, datasets["COCO"](db_config, split="val", sys_config=system_config)
+
+
+@pytest.fixture(scope="module")
+def exported(coco128, tmp_path_factory):
+    root = make_tiny_coco(coco128, tmp_path_factory.mktemp("onnx"))
+    system_config, db = open_db(root)
+    nnet = NetworkFactory(system_config, db, device="cpu")
+    spread_weights(nnet.model)
+    nnet.save_params(0)
+    done = export("CocoTiny", "--testiter", 0, "--config-dir", root / "configs", "--image",
+                  coco128 / "images" / IMAGE)
+    assert done.returncode == 0, done.stderr
+    return root, done.stdout
+
+
+def test_export_checks_the_file_and_reports_differences_within_tolerance(exported):
+    root, stdout = exported
+    path = root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx"
+    assert "onnx.checker passed" in stdout
+    assert IMAGE in stdout and "within the tolerance" in stdout
+    model = onnx.load(str(path))
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    assert meta["config"] == "CocoTiny" and meta["categories"] == 80
+    assert meta["decode"] == {"K": 20, "kernel": 3, "ae_threshold": 100, "num_dets": 100}
+    assert meta["size_rule"] == {"stride": 4, "multiple": 32}
+    dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims[1] == 3 and all(isinstance(d, str) for d in (dims[0], dims[2], dims[3]))
+    assert [o.name for o in model.graph.output] == ["detections"]
+
+
+@pytest.mark.parametrize("scale", [0.25, 0.4])  # inputs 255x127 and 383x255
+def test_onnxruntime_equals_torch_on_a_real_image_batch_of_two(exported, coco128, scale):
+    root, _ = exported
+    system_config, db = open_db(root)
+    torch_net, _ = open_network("torch", system_config, db, 0, "cpu")
+    onnx_net, _ = open_network("onnxruntime", system_config, db, 0, "cpu")
+    canvas = resize_and_pad(cv2.imread(str(coco128 / "images" / IMAGE)), scale)[0]
+    batch = network_input(np.stack((canvas, cv2.flip(canvas, 1))), db.mean, db.std, "cpu")
+    settings = decode_kwargs(db.configs)
+
+    expected = torch_net.test(batch, **settings)[0].numpy()
+    got = onnx_net.test(batch, **settings)[0].numpy()
+
+    assert got.shape == expected.shape == (2, 100, 8)
+    report = compare_outputs([got], [expected])
+    assert report["ok"], report
+    assert min(report["valid"]) >= 10  # real detections were compared
+    assert report["boxes"] < 1e-3 and report["scores"] < 1e-4
+
+
+def test_test_py_gives_the_same_ap_in_both_runtimes(exported):
+    root, _ = exported
+    metrics = {}
+    for runtime in ("torch", "onnxruntime"):
+        done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                   "--device", "cpu", "--images", 12, "--runtime", runtime, "--vis", 2)
+        assert done.returncode == 0, done.stderr
+        assert f"({runtime})" in done.stdout and "images/s" in done.stdout
+        out = root / "results" / "CocoTiny" / "0" / "val"
+        metrics[runtime] = json.loads((out / "metrics.json").read_text())["metrics"]
+        assert len(list((out / "vis").iterdir())) == 2
+    for name, value in metrics["torch"].items():
+        assert abs(metrics["onnxruntime"][name] - value) <= 0.002, name
+
+
+def test_demo_draws_the_same_detections_in_both_runtimes(exported, coco128, monkeypatch):
+    root, _ = exported
+    drawn = {}
+
+    def capture(out, image, detections, names, thresh):
+        drawn.setdefault(runtime, []).append(detections)
+
+    monkeypatch.setattr(demo, "save_detections", capture)
+    for runtime in ("torch", "onnxruntime"):
+        demo.main(demo.parse_args([
+            "CocoTiny", "--testiter", "0", "--config-dir", str(root / "configs"), "--device",
+            "cpu", "--runtime", runtime, "--out", str(root / "demo"), "--images",
+            str(coco128 / "images" / IMAGE), str(coco128 / "images" / "000000000531.jpg")]))
+    assert len(drawn["torch"]) == len(drawn["onnxruntime"]) == 2
+    for torch_dets, onnx_dets in zip(drawn["torch"], drawn["onnxruntime"]):
+        assert torch_dets.keys() == onnx_dets.keys()
+        assert sum(len(boxes) for boxes in torch_dets.values()) > 0
+        for cls, boxes in torch_dets.items():
+            assert onnx_dets[cls].shape == boxes.shape
+            np.testing.assert_allclose(onnx_dets[cls], boxes, rtol=1e-4, atol=1e-3)
+
+
+def one_line_error(done, *words):
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_export_without_a_snapshot_is_one_line(exported):
+    root, _ = exported
+    done = export("CocoTiny", "--testiter", 7, "--config-dir", root / "configs")
+    one_line_error(done, "no snapshot for iteration 7", "CocoTiny_7.pkl", "CocoTiny_0.pkl")
+
+
+def test_runtime_without_an_exported_file_names_the_export_command(exported):
+    root, _ = exported
+    done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+               "--runtime", "onnxruntime", "--onnx", root / "nowhere.onnx", "--images", 1)
+    one_line_error(done, "nowhere.onnx", "python tools/export.py CocoTiny --testiter 0")
+
+
+def test_onnx_file_of_another_config_is_one_line(exported):
+    root, _ = exported
+    config = json.loads((root / "configs" / "CocoTiny.json").read_text())
+    (root / "configs" / "OtherTiny.json").write_text(json.dumps(config))
+    done = run("test.py", "OtherTiny", "--testiter", 0, "--config-dir", root / "configs",
+               "--runtime", "onnxruntime", "--images", 1, "--onnx",
+               root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx")
+    one_line_error(done, "exported from config CocoTiny with 80 classes", "not OtherTiny")
+
+
+def test_onnx_file_of_another_class_count_is_refused(exported):
+    root, _ = exported
+    path = root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx"
+    with pytest.raises(UsageError, match="with 80 classes, not CocoTiny with 4"):
+        OnnxNetwork(path, "CocoTiny", 4)
+
+
+def test_truncated_onnx_file_is_one_line(exported):
+    root, _ = exported
+    whole = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
+    cut = root / "cut.onnx"
+    cut.write_bytes(whole[:len(whole) // 2])
+    done = run("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+               "--runtime", "onnxruntime", "--onnx", cut, "--out", root / "cut",
+               "--images", root / "configs" / "CocoTiny.json")
+    one_line_error(done, "cut.onnx is not a readable ONNX file", "tools/export.py")
+
+
+def test_an_input_size_the_network_cannot_take_names_the_sizes_that_fit(exported):
+    root, _ = exported
+    network = OnnxNetwork(root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx", "CocoTiny",
+                          80)
+    settings = {"K": 20, "kernel": 3, "ae_threshold": 100, "num_dets": 100}
+    with pytest.raises(UsageError, match=r"\(1, 3, 100, 127\).*sides in 29\.\.32, 61\.\.64"):
+        network.test(torch.zeros(1, 3, 100, 127), **settings)
+    assert network.test(torch.zeros(1, 3, 95, 127), **settings)[0].shape == (1, 100, 8)
+    with pytest.raises(UsageError, match="export the snapshot again"):
+        network.test(torch.zeros(1, 3, 95, 127), **{**settings, "K": 10})
