@@ -30,9 +30,9 @@ import torch
 from _coco128 import COCO128, coco128_run
 
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.models import build_model
 from core.models.py_utils.decode import decode, dense_peak_topk
 from core.nnet.export import DeployGraph
-from core.nnet.py_factory import build_model
 
 IMAGE = COCO128 / "images" / "000000000529.jpg"
 
@@ -86,11 +86,11 @@ def session(path: Path, threads: int, provider: str):
 
 
 def bench_config(name: str, threads_list: list[int], reps: int, folder: Path) -> None:
-    system_config, make_db = coco128_run(name)
+    system_config, make_db = coco128_run(name, db={"categories": 80})  # the images' classes
     db = make_db()
     db_config = db.configs
     torch.manual_seed(0)
-    model = build_model(system_config, db_config["categories"]).eval()
+    model = build_model(system_config.model_name, db_config["categories"]).eval()
     settings = decode_kwargs(db_config)
     canvas = resize_and_pad(cv2.imread(str(IMAGE)), 1.0)[0]
     pixels = np.stack((canvas, cv2.flip(canvas, 1))) if db_config["test_flipped"] else canvas[None]
@@ -99,7 +99,8 @@ def bench_config(name: str, threads_list: list[int], reps: int, folder: Path) ->
     with torch.no_grad():
         cnvs, _ = model.hg(image)
         heads = model._heads(len(cnvs) - 1, cnvs[-1])
-    graph = DeployGraph(build_model(system_config, db_config["categories"]).eval(), settings)
+    graph = DeployGraph(build_model(system_config.model_name, db_config["categories"]).eval(),
+                        settings)
     graph.model.load_state_dict(model.state_dict())
     start = time.perf_counter()
     to_onnx(Heads(graph), (image,), folder / f"{name}_heads.onnx")

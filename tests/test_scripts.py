@@ -16,6 +16,8 @@ pytestmark = pytest.mark.slow
 
 # script, arguments, a line of its output that says it got to its figures
 RUNS = {
+    "bench_deploy": (["--configs", "CornerNet_Tiny", "--threads", "1", "--reps", "1"],
+                     "| CornerNet_Tiny | cpu | 1 | onnxruntime |"),
     "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
                      "CornerNet_Tiny     cpu fwd+bwd 128x128"),
     "bench_preempt": (["--trials", "1", "--after", "1", "--batch", "2"], "median: snapshot on disk"),
@@ -57,9 +59,9 @@ def test_plot_metrics_draws_a_metrics_file(tmp_path):
 
 # Scripts whose own tests run them as processes: tests/test_analyze_model.py,
 # tests/test_analyze_results.py, tests/test_gpu_check.py (which needs no GPU to start it) and
-# tests/test_slurm.py (submit.py, on the real SLURM the tests start).
+# tests/test_slurm.py (submit.py, on the real SLURM the tests start), tests/test_onnx_export.py.
 RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py", "bench/gpu_check.py",
-                 "tools/submit.py"}
+                 "tools/submit.py", "tools/export.py"}
 
 
 def test_every_script_of_bench_and_tools_is_covered():
