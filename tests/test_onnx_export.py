@@ -30,7 +30,7 @@ pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx
 IMAGE = "000000000529.jpg"
 # Exporting takes 30 s of CPU; on a shared machine the wall time can be ten times that.
 EXPORT_TIMEOUT = 1200
-pytestmark = pytest.mark.timeout(EXPORT_TIMEOUT + 300)
+pytestmark = [pytest.mark.timeout(EXPORT_TIMEOUT + 300), pytest.mark.slow]  # real exports
 
 
 def export(*args: object) -> subprocess.CompletedProcess:
