@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from core.inference.error_analysis import (
     format_breakdown,
     read_run,
 )
+from core.utils.files import write_file_atomic
 
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
 
@@ -80,9 +80,7 @@ def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) 
                               color="white" if rates[row, col] > 0.5 else "black")
         figure.colorbar(image, ax=axis, fraction=0.046, label="share of the row")
         figure.tight_layout()
-        partial = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-        figure.savefig(partial, format="png")
-        os.replace(partial, out)
+        write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
     finally:
         pyplot.close(figure)
 

@@ -24,6 +24,7 @@ from core.config import load_config
 from core.engine.cli import report
 from core.engine.metrics import read_lines
 from core.errors import UsageError
+from core.utils.files import write_file_atomic
 
 AP_KEYS = ("AP", "AP50", "AP75")
 PANEL_INCHES = (9.0, 3.0)
@@ -132,9 +133,7 @@ def plot(curves: Curves, out: Path, title: str) -> None:
         axes[0, 0].set_title(title)
         axes[-1, 0].set_xlabel("iteration")
         figure.tight_layout()
-        partial = out.with_name(f".{out.name}.partial")
-        figure.savefig(partial, format="png")
-        os.replace(partial, out)
+        write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
     finally:
         pyplot.close(figure)
 

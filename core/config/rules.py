@@ -68,12 +68,9 @@ def check_system_rules(configs: dict, where: str) -> None:
     if configs["seed"] < 0:
         raise ConfigError(f"{where}: system.seed must be 0 or more (numpy's generators take no "
                           f"negative seed), got {configs['seed']}")
-    if configs["learning_rate"] < 0:
-        raise ConfigError(f"{where}: system.learning_rate must be 0 or more, got "
-                          f"{configs['learning_rate']}")
-    if configs["weight_decay"] < 0:
-        raise ConfigError(f"{where}: system.weight_decay must be 0 or more, got "
-                          f"{configs['weight_decay']}")
+    for key in ("learning_rate", "weight_decay"):
+        if configs[key] < 0:
+            raise ConfigError(f"{where}: system.{key} must be 0 or more, got {configs[key]}")
     decay = configs["ema_decay"]
     if decay is not None and not 0 < decay < 1:
         raise ConfigError(f"{where}: system.ema_decay must lie between 0 and 1 (0.9998 as YOLOX, "
