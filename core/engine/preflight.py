@@ -14,8 +14,7 @@ from ..data.ring import shm_need
 from ..dbs import datasets
 from ..errors import ConfigError, lookup
 from ..models.fit import check_model_fit
-from ..nnet.py_factory import check_runtime
-from ..utils.device import distributed_kind, resolve_device
+from ..utils.device import check_runtime, distributed_kind, resolve_device
 from ..utils.files import check_shm
 from ..utils.procs import remove_dead_mp_folders
 
@@ -25,7 +24,7 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
-    check_runtime(system_config, resolve_device(
+    check_runtime(system_config.amp, system_config.sync_bn, resolve_device(
         distributed_kind(args.device) if args.distributed else args.device))
     check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]

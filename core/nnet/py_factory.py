@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..errors import ConfigError
 from ..models import build_model
 from ..sample.render import normalize_image, render_targets
-from ..utils.device import check_precision, resolve_device
+from ..utils.device import check_runtime, resolve_device
 from . import checkpoint, parallel
 from .ema import WeightAverage
 from .freeze import freeze, frozen_norms_to_eval
@@ -36,20 +35,7 @@ class NonFiniteLoss(FloatingPointError):
         super().__init__(", ".join(f"{k}={v:.6g}" for k, v in terms.items()))
 
 
-
-
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def check_runtime(system_config: SystemConfig, device: torch.device) -> None:
-    """Settings this device cannot run: a ConfigError before anything starts."""
-    if device.type != "cuda" and system_config.amp == "fp16":
-        raise ConfigError("system.amp \"fp16\" needs a GPU (float16 autocast with a gradient "
-                          "scaler); use \"bf16\" or null on the CPU")
-    if device.type != "cuda" and system_config.sync_bn:
-        raise ConfigError("system.sync_bn needs GPUs: torch runs SyncBatchNorm only on "
-                          "accelerators; set it to false for a CPU run")
-    check_precision(system_config.amp, device)
 
 
 class NetworkFactory:
@@ -73,7 +59,7 @@ class NetworkFactory:
         self.db_configs = db.configs
         self.categories = db.configs["categories"]
         self.device = resolve_device(device)
-        check_runtime(system_config, self.device)
+        check_runtime(system_config.amp, system_config.sync_bn, self.device)
         self.share = share
         self.distributed = distributed
         model = build_model(system_config.model_name, self.categories)

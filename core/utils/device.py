@@ -88,6 +88,18 @@ def rank_device(kind: str, local_rank: int) -> torch.device:
     return resolve_device(f"cuda:{local_rank}")
 
 
+def check_runtime(amp: str | None, sync_bn: bool, device: torch.device) -> None:
+    """Settings `device` cannot run (`system.amp`, `system.sync_bn`): a ConfigError before
+    anything starts."""
+    if device.type != "cuda" and amp == "fp16":
+        raise ConfigError("system.amp \"fp16\" needs a GPU (float16 autocast with a gradient "
+                          "scaler); use \"bf16\" or null on the CPU")
+    if device.type != "cuda" and sync_bn:
+        raise ConfigError("system.sync_bn needs GPUs: torch runs SyncBatchNorm only on "
+                          "accelerators; set it to false for a CPU run")
+    check_precision(amp, device)
+
+
 def check_precision(amp: str | None, device: torch.device) -> None:
     """bf16 on a GPU without native bf16 (before Ampere: V100, T4) is refused: torch emulates it
     there, slower than fp32. ConfigError naming system.amp."""
