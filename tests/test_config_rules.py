@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, check_db_config, load_config
@@ -150,3 +152,23 @@ def test_db_values_at_the_edges_are_refused(db, words):
     with pytest.raises(ConfigError) as caught:
         check_db_config(db, "db config")
     assert words in one_line(caught)
+
+
+@pytest.mark.parametrize("db, words", [
+    ({"nms_kernel": 2}, "db.nms_kernel must be odd"),
+    ({"att_nms_ks": [3, 4, 3]}, "db.att_nms_ks must be odd"),
+    ({"nms_algorithm": "soft"}, "db.nms_algorithm is 'soft'; valid: nms, linear_soft_nms"),
+    ({"nms_threshold": 1.5}, "db.nms_threshold is an IoU, between 0 and 1, got 1.5"),
+])
+def test_test_settings_that_would_fail_at_the_first_evaluation_are_refused_at_load(db, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        check_db_config(db)
+
+
+def test_more_detections_than_corner_pairs_is_refused_where_detection_runs():
+    from core.config.rules import check_decode_settings
+
+    check_decode_settings(check_db_config({"top_k": 20, "num_dets": 400}))
+    with pytest.raises(ConfigError, match=r"db.num_dets 401 is more than the top_k \* top_k = "
+                                          r"400 corner pairs"):
+        check_decode_settings(check_db_config({"top_k": 20, "num_dets": 401}))

@@ -116,6 +116,14 @@ def check_db_rules(configs: dict, where: str) -> None:
     for key in _POSITIVE_DB:
         if configs[key] <= 0:
             raise ConfigError(f"{where}: db.{key} must be greater than 0, got {configs[key]}")
+    for key, kernels in (("nms_kernel", [configs["nms_kernel"]]),
+                         ("att_nms_ks", configs["att_nms_ks"])):
+        if any(isinstance(k, int) and k % 2 == 0 for k in kernels):
+            raise ConfigError(f"{where}: db.{key} must be odd (a window centred on its pixel: "
+                              f"1, 3, 5, ...), got {configs[key]}")
+    if not configs["nms_threshold"] <= 1:
+        raise ConfigError(f"{where}: db.nms_threshold is an IoU, between 0 and 1, got "
+                          f"{configs['nms_threshold']}")
     for key in _NON_NEGATIVE_DB:
         if configs[key] < 0:
             raise ConfigError(f"{where}: db.{key} must be 0 or more, got {configs[key]}")
@@ -136,3 +144,15 @@ def check_db_rules(configs: dict, where: str) -> None:
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
             raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
                               f"string), got {paths}")
+
+
+def check_decode_settings(configs: dict, where: str = "db config") -> None:
+    """Test settings decoding can use: num_dets boxes out of top_k * top_k corner pairs.
+
+    Checked where detection is going to run (test.py, demo.py, evaluation during training),
+    not at load: a config that only trains may leave the test settings at their defaults.
+    """
+    if configs["num_dets"] > configs["top_k"] ** 2:
+        raise ConfigError(f"{where}: db.num_dets {configs['num_dets']} is more than the "
+                          f"top_k * top_k = {configs['top_k'] ** 2} corner pairs there are; "
+                          f"lower db.num_dets or raise db.top_k")

@@ -84,7 +84,11 @@ _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate"
              "max_objects", "test_batch_size", "eval_images", "keep_snapshots", "clip_grad_norm",
              "warmup_factor", "snapshot_minutes"}
 
+# The soft-NMS methods of core/inference/soft_nms.py (db.nms_algorithm).
+NMS_ALGORITHMS = ("nms", "linear_soft_nms", "exp_soft_nms")
+
 _CHOICES = {
+    "nms_algorithm": NMS_ALGORITHMS,
     "opt_algo": ("adam", "sgd"),
     "nonfinite_loss": ("stop", "skip"),
     "amp": ("bf16", "fp16"),

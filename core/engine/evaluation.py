@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 import torch.distributed as dist
 
+from ..config.rules import check_decode_settings
 from ..dbs import DatasetError
 from ..inference import DetectionRun, detect, score
 from .schedule import due
@@ -69,6 +70,7 @@ class Evaluator:
             raise DatasetError(f"{where}: the validation split '{split}' has no images, so AP "
                                f"cannot be measured; list its images, or set system.eval_iter "
                                f"to 0")
+        check_decode_settings(db.configs)
 
     def due(self, iteration: int) -> bool:
         return due(iteration, self.system_config.eval_iter, self.system_config.max_iter)

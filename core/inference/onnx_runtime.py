@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.config.rules import check_decode_settings
 from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
 from core.nnet.py_factory import NetworkFactory
 
@@ -54,6 +55,7 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
     (default `onnx_file`), checked against the config's name and class count; its weights are
     those the export took.
     """
+    check_decode_settings(db.configs)
     if runtime == "torch":
         nnet = NetworkFactory(system_config, db, device=device)
         nnet.load_params(testiter, model_only=True)

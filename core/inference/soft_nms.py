@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-METHODS = ("nms", "linear_soft_nms", "exp_soft_nms")
+from ..config.system import NMS_ALGORITHMS
+
+METHODS = NMS_ALGORITHMS  # checked in the config already; a direct call is checked here
 
 
 def _weights(iou: np.ndarray, method: str, nms_threshold: float, sigma: float) -> np.ndarray:
