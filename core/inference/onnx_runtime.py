@@ -20,6 +20,7 @@ import torch
 from core.config.rules import check_decode_settings
 from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
 from core.nnet.py_factory import NetworkFactory
+from core.utils.device import resolve_device
 
 from ..errors import UsageError
 
@@ -68,7 +69,7 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
                          f"{system_config.snapshot_name} --testiter {testiter} or name one "
                          "with --onnx")
     return OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
-                       device), path
+                       str(resolve_device(device))), path
 
 
 def _ort() -> Any:
