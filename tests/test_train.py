@@ -149,7 +149,7 @@ def test_sigterm_writes_a_loadable_snapshot_and_exits(tmp_path, coco128):
 _WRITER = """
 import sys, torch
 from pathlib import Path
-from core.nnet.py_factory import write_atomic
+from core.utils.files import write_atomic
 path = Path(sys.argv[1])
 big = {"model": {f"w{i}": torch.full((256, 1024), float(i)) for i in range(40)}}
 i = 0
