@@ -18,6 +18,9 @@ from _resume import (
     spawned_reference,
 )
 from _train_helpers import Training, children, write_config
+from torch import distributed as dist
+
+from core.utils.dist import free_port, torchrun_store
 
 
 def rank_of(pid: int) -> int | None:
@@ -57,3 +60,22 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp
     reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=10, snapshot=3)
     assert_equal_params(snapshot(root, 10)["model"], snapshot(reference, 10)["model"])
     assert_one_record(root, 10)
+
+
+def test_each_torchrun_attempt_joins_with_keys_of_its_own(monkeypatch):
+    """torchrun keeps one store across restarts: an attempt must not read the keys (gloo's
+    addresses) the attempt before it left there."""
+    port = free_port()
+    agent = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False)
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": "2",
+                        "TORCHELASTIC_USE_AGENT_STORE": "True"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "0")
+    first = torchrun_store(rank=0)
+    first.set("0/rank_0", "127.0.0.1:40838")  # what the killed attempt's rank 0 listened on
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    second = torchrun_store(rank=1)
+    assert not second.check(["0/rank_0"])
+    second.set("0/rank_0", "127.0.0.1:40999")
+    assert first.get("0/rank_0") == b"127.0.0.1:40838"
+    assert agent.check(["cornernet/attempt/1/0/rank_0"])

@@ -80,10 +80,32 @@ def init(backend: str | None, url: str, world_size: int, rank: int,
     if backend == "nccl" and device.type != "cuda":
         raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
     # A lost peer surfaces as an error after this long instead of a silent hang.
-    where = ({"store": rendezvous.join(url, rank, world_size, procs)}
-             if url.startswith("tcp://") else {"init_method": url})
+    if url.startswith("tcp://"):
+        where = {"store": rendezvous.join(url, rank, world_size, procs)}
+    elif url == "env://" and launched_by_torchrun():
+        where = {"store": torchrun_store(rank)}
+    else:
+        where = {"init_method": url}
     dist.init_process_group(backend=backend, world_size=world_size, rank=rank,
                             timeout=rendezvous.COLLECTIVE_TIMEOUT, **where)
+
+
+def torchrun_store(rank: int) -> dist.Store:
+    """The store of this torchrun attempt: torchrun's own TCPStore, keys prefixed by the restart
+    count.
+
+    torchrun keeps one store for every restart of the workers, and torch's env:// join does not
+    prefix the keys: after `--max-restarts` restarted the ranks, a rank could read the address
+    another rank had in the attempt before, and gloo then waits for a port nobody listens on
+    (seen as "connectFullMesh failed ... Connection refused").
+    """
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    # The agent hosts the store unless TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1; then rank 0 does.
+    hosts = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "False") != "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          int(os.environ["WORLD_SIZE"]), is_master=hosts,
+                          timeout=rendezvous.COLLECTIVE_TIMEOUT, multi_tenant=hosts)
+    return dist.PrefixStore(f"cornernet/attempt/{attempt}", store)
 
 
 def cleanup() -> None:
