@@ -48,7 +48,9 @@ def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_
     # ae_threshold 100: pairs are judged by class and geometry only, so many rows are valid.
     settings = {**decode_kwargs(db_config), "ae_threshold": 100}
     if model.with_att:
-        settings["no_border"] = True
+        # Saccade's 12 corners of each kind pair into no valid box under random weights (every
+        # bottom-right lies left of or above every top-left): 40 corners and 100 rows do.
+        settings.update(no_border=True, K=40, num_dets=100)
     image = cv2.imread(str(coco128 / "images" / "000000000529.jpg"))
     batches = []
     for scale in (0.25, 0.4):  # canvases 255x127 and 383x255

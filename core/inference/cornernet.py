@@ -11,7 +11,7 @@ and divided by the scale. Then per class (soft-)NMS and the `max_per_image` cut.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
@@ -19,6 +19,11 @@ import torch
 
 from .soft_nms import soft_nms
 from .timing import StageTimer
+
+if TYPE_CHECKING:
+    from core.dbs.detection import DETECTION
+
+    from .network import Network
 
 # Every input side is `k * 128 - 1`, as in the original (crop_image to `side | 127`).
 GRID_MASK = 127
@@ -194,7 +199,7 @@ class ScaleInput:
     scale: float
 
 
-def prepare_cornernet(db: Any, image: np.ndarray) -> list[ScaleInput]:
+def prepare_cornernet(db: DETECTION, image: np.ndarray) -> list[ScaleInput]:
     """The CPU part of CornerNet inference for one (H, W, 3) uint8 BGR image: per test scale,
     resize, centre on the canvas and mirror. Runs in the reader thread of `detect`."""
     cfg = db.configs
@@ -210,7 +215,7 @@ def prepare_cornernet(db: Any, image: np.ndarray) -> list[ScaleInput]:
     return inputs
 
 
-def run_cornernet(db: Any, nnet: Any, images: list[list[ScaleInput]],
+def run_cornernet(db: DETECTION, nnet: Network, images: list[list[ScaleInput]],
                   timer: StageTimer | None = None) -> list[dict[int, np.ndarray]]:
     """Detect objects in prepared images with a CornerNet or CornerNet-Squeeze network.
 
@@ -254,7 +259,7 @@ def run_cornernet(db: Any, nnet: Any, images: list[list[ScaleInput]],
                               cfg["max_per_image"], **nms_config(cfg)) for dets in per_image]
 
 
-def cornernet_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.ndarray]:
+def cornernet_inference(db: DETECTION, nnet: Network, image: np.ndarray) -> dict[int, np.ndarray]:
     """Detect objects in one (H, W, 3) uint8 BGR image: `run_cornernet` of
     `prepare_cornernet`. Returns {cls 1..C: (n, 5) float32 [x1, y1, x2, y2, score]}."""
     return run_cornernet(db, nnet, [prepare_cornernet(db, image)])[0]

@@ -14,13 +14,18 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .cornernet import nms_config, per_class_nms
+
+if TYPE_CHECKING:
+    from core.dbs.detection import DETECTION
+
+    from .network import Network
 
 DECODE_BATCH = 32
 # Crops are never zoomed in beyond this, nor from locations already zoomed beyond MAX_SOURCE_ZOOM.
@@ -60,7 +65,7 @@ def crop_and_resize(image: torch.Tensor, center: tuple[int, int], size: tuple[in
     return np.array([cty - height // 2, ctx - width // 2], dtype=np.float32)
 
 
-def prepare_crops(db: Any, image: torch.Tensor, locations: np.ndarray
+def prepare_crops(db: DETECTION, image: torch.Tensor, locations: np.ndarray
                   ) -> tuple[torch.Tensor, np.ndarray]:
     """Normalised network inputs for `locations` (L, >=3) rows [y, x, zoom, ...].
 
@@ -79,7 +84,7 @@ def prepare_crops(db: Any, image: torch.Tensor, locations: np.ndarray
     return (crops - mean) / std, offsets
 
 
-def run_network(db: Any, nnet: Any, crops: torch.Tensor, with_att: bool
+def run_network(db: DETECTION, nnet: Network, crops: torch.Tensor, with_att: bool
                 ) -> tuple[np.ndarray, list[np.ndarray]]:
     """Detections and local-maximum attention maps of `crops` (L, 3, h, w), in batches.
 
@@ -106,7 +111,7 @@ def _local_maxima(att: torch.Tensor, kernel: int) -> torch.Tensor:
     return att * (att == pooled)
 
 
-def map_crop_dets(db: Any, dets: np.ndarray, zooms: np.ndarray, offsets: np.ndarray,
+def map_crop_dets(db: DETECTION, dets: np.ndarray, zooms: np.ndarray, offsets: np.ndarray,
                   image_hw: tuple[int, int]) -> np.ndarray:
     """Crop detections (L, N, 8) in output-map coordinates to image pixels, clipped.
 
@@ -126,7 +131,7 @@ def map_crop_dets(db: Any, dets: np.ndarray, zooms: np.ndarray, offsets: np.ndar
     return dets.reshape(-1, 8)
 
 
-def attention_locations(db: Any, atts: list[np.ndarray], att_scales: list, zooms: np.ndarray,
+def attention_locations(db: DETECTION, atts: list[np.ndarray], att_scales: list, zooms: np.ndarray,
                         offsets: np.ndarray, image_hw: tuple[int, int], thresh: float,
                         ignore_same: bool = False) -> np.ndarray:
     """Attention peaks above `thresh` as (M, 4) float rows [y, x, zoom, score] in image pixels.
@@ -154,8 +159,9 @@ def attention_locations(db: Any, atts: list[np.ndarray], att_scales: list, zooms
 def reference_locations(dets: np.ndarray) -> np.ndarray:
     """Centres of detections scoring above 0.5 as (M, 4) rows [y, x, zoom, 1].
 
-    Boxes of zero size (clipped away outside the image) are skipped. The zoom brings the longer side to 192 px for objects over 96 px, 64 px for 32-96 px and
-    24 px for smaller ones; the score 1 puts these locations first in `location_nms`.
+    Boxes of zero size (clipped away outside the image) are skipped. The zoom brings the longer
+    side to 192 px for objects over 96 px, 64 px for 32-96 px and 24 px for smaller ones; the
+    score 1 puts these locations first in `location_nms`.
     """
     sides = np.maximum(dets[:, 2] - dets[:, 0], dets[:, 3] - dets[:, 1])
     chosen = (dets[:, 4] > 0.5) & (sides > 0)
@@ -190,7 +196,7 @@ def location_nms(locations: np.ndarray, thresh: float = 16) -> np.ndarray:
     return locations[kept] if kept else np.zeros((0, 4))
 
 
-def _next_locations(db: Any, atts: list[np.ndarray], att_scales: list, zooms: np.ndarray,
+def _next_locations(db: DETECTION, atts: list[np.ndarray], att_scales: list, zooms: np.ndarray,
                     offsets: np.ndarray, image_hw: tuple[int, int], thresh: float,
                     dets: np.ndarray, ignore_same: bool) -> np.ndarray:
     locations = attention_locations(db, atts, att_scales, zooms, offsets, image_hw, thresh,
@@ -200,7 +206,8 @@ def _next_locations(db: Any, atts: list[np.ndarray], att_scales: list, zooms: np
     return locations
 
 
-def cornernet_saccade_inference(db: Any, nnet: Any, image: np.ndarray) -> dict[int, np.ndarray]:
+def cornernet_saccade_inference(db: DETECTION, nnet: Network, image: np.ndarray
+                                ) -> dict[int, np.ndarray]:
     """Detect objects in one image with a CornerNet-Saccade network.
 
     Args:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -29,6 +29,11 @@ from core.utils.images import ImageReadError
 from ..errors import lookup
 from .registry import Inference, test_func
 from .timing import StageTimer
+
+if TYPE_CHECKING:
+    from core.dbs.detection import DETECTION
+
+    from .network import Network
 
 # Prepared images waiting in the reader's queue, per image of a batch (at least 4).
 READ_AHEAD_BATCHES = 2
@@ -80,7 +85,7 @@ class DetectionRun:
         return merged
 
 
-def detect(db: Any, nnet: Any, system_config: Any, inds: Sequence[int], *,
+def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int], *,
            progress: bool = False, batch_size: int = 1,
            on_image: Callable[[ImageResult], None] | None = None) -> DetectionRun:
     """Run the configured inference (`system.sampling_function`) on images `inds` of `db`.
@@ -128,8 +133,8 @@ def detect(db: Any, nnet: Any, system_config: Any, inds: Sequence[int], *,
     return run
 
 
-def _run_batch(db: Any, nnet: Any, inference: Inference, items: list[tuple], timer: StageTimer,
-               strict: bool) -> list[ImageResult]:
+def _run_batch(db: DETECTION, nnet: Network, inference: Inference, items: list[tuple],
+               timer: StageTimer, strict: bool) -> list[ImageResult]:
     """Detections of the readable images of `items` (ind, image, prepared, error)."""
     readable = [item for item in items if item[3] is None]
     if strict and len(readable) < len(items):
@@ -152,7 +157,7 @@ class _Failure:
 class _Reader:
     """Reads and prepares the images of `inds` in order in a daemon thread, `depth` ahead."""
 
-    def __init__(self, db: Any, inds: list[int], prepare: Callable, timer: StageTimer,
+    def __init__(self, db: DETECTION, inds: list[int], prepare: Callable, timer: StageTimer,
                  depth: int) -> None:
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
@@ -160,7 +165,7 @@ class _Reader:
                                         name="test-reader", daemon=True)
         self._thread.start()
 
-    def _work(self, db: Any, inds: list[int], prepare: Callable, timer: StageTimer) -> None:
+    def _work(self, db: DETECTION, inds: list[int], prepare: Callable, timer: StageTimer) -> None:
         try:
             for ind in inds:
                 start = time.perf_counter()
@@ -200,7 +205,7 @@ class _Reader:
 
 
 @contextmanager
-def _decode_clock(nnet: Any, timer: StageTimer) -> Iterator[None]:
+def _decode_clock(nnet: Network, timer: StageTimer) -> Iterator[None]:
     """Split the network's time into the network proper and the decoding inside its test path.
 
     The last corner head (br_offs of the last stack) finishes the network; the model's forward
