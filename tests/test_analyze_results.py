@@ -31,6 +31,8 @@ def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
     assert sum(map(sum, counts[:-1])) == sum(r["objects"] for r in analysis["per_class"])
     assert (folder / "confusion.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "overall" in done.stdout and "person" in done.stdout
+    assert "label control: AP50" in done.stdout
+    assert set(analysis["shuffled_labels"]) == set(analysis["overall"])
 
 
 def test_a_missing_results_folder_is_one_line_naming_test_py(coco128, tmp_path):

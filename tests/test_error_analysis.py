@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from core.inference.coco_eval import score
-from core.inference.error_analysis import STEPS, breakdown, confusion_matrix, read_run
+from core.inference.error_analysis import (
+    STEPS,
+    Boxes,
+    breakdown,
+    confusion_matrix,
+    read_run,
+    shuffled_truth,
+)
 from tests import _handbuilt as hand
 
 
@@ -77,3 +84,26 @@ def test_confusion_matrix_counts_hits_confusions_background_and_misses(run):
     assert matrix.tolist() == expected.tolist()
     higher = confusion_matrix(truth, found, [c["id"] for c in categories], score_threshold=0.85)
     assert higher[background, cat] == 1 and higher[car, car] == 1 and higher[cat, cat] == 0
+
+
+def test_shuffled_labels_move_every_object_to_another_category_and_perfect_answers_to_zero(run):
+    truth, _, categories = run
+    perfect = {i: Boxes(g.xyxy, g.category, np.linspace(1.0, 0.5, len(g.category)), g.crowd * 0)
+               for i, g in truth.items()}
+    assert breakdown(truth, perfect, categories)["overall"]["C50"] == pytest.approx(1.0)
+    for seed in range(5):
+        shuffled = shuffled_truth(truth, seed)
+        for image_id, g in truth.items():
+            assert np.array_equal(shuffled[image_id].xyxy, g.xyxy)
+            assert not np.any(shuffled[image_id].category == g.category)
+        # cat, dog and car each become another of the three: counts move with them
+        labels = np.concatenate([g.category for g in shuffled.values()])
+        assert sorted(int(np.sum(labels == k)) for k in (1, 2, 3)) == [1, 1, 4]
+        assert breakdown(shuffled, perfect, categories)["overall"]["C50"] == 0.0
+
+
+def test_shuffling_the_labels_of_one_category_is_refused(run):
+    truth, _, _ = run
+    only_cats = {i: g.where(g.category == 1) for i, g in truth.items()}
+    with pytest.raises(ValueError, match="at least two categories"):
+        shuffled_truth(only_cats)

@@ -9,6 +9,9 @@ results/<Cfg>/<iter>/<split>[/<suffix>]/, and writes into it:
 
 - breakdown.json and a printed table: per category and overall, the AP as errors are forgiven
   one kind after another (C75, C50, Loc, Sim, Oth, BG, FN; see core/inference/error_analysis.py);
+- a label control: the overall AP50 again against the same boxes with their category ids
+  shuffled (each category moved to another; `shuffled_labels` in breakdown.json): a model that
+  learnt the labels loses it, an AP reached without them stays;
 - confusion.png (matplotlib, the `plot` extra) and confusion.json: true category against
   detected category for detections above --score-thresh at IoU --iou-thresh, with a background
   row (detections on nothing) and a "missed" column (objects nobody found).
@@ -32,6 +35,7 @@ from core.inference.error_analysis import (
     confusion_matrix,
     format_breakdown,
     read_run,
+    shuffled_truth,
 )
 from core.utils.files import write_file_atomic
 
@@ -110,6 +114,12 @@ def main(args: argparse.Namespace) -> dict:
                                         image_ids)
     analysis = breakdown(truth, found, categories)
     print(format_breakdown(analysis))
+    if len({int(c) for g in truth.values() for c in g.category}) > 1:
+        shuffled = breakdown(shuffled_truth(truth, seed=0), found, categories)["overall"]
+        analysis["shuffled_labels"] = shuffled
+        print(f"label control: AP50 {analysis['overall']['C50']:.4f} against the annotations, "
+              f"{shuffled['C50']:.4f} against the same boxes with their category ids shuffled "
+              f"(every category moved to another)")
     (folder / "breakdown.json").write_text(json.dumps(analysis, indent=1))
     ids = [c["id"] for c in categories]
     matrix = confusion_matrix(truth, found, ids, args.score_thresh, args.iou_thresh)
