@@ -1,9 +1,9 @@
 """The shipped configs export with dynamic batch and size, and onnxruntime gives torch's outputs
 on a real coco128 image at two sizes with a batch of 2 (the image and its mirror).
 
-Exporting CornerNet or Saccade takes many minutes of CPU, more than the whole suite may: these
-run when CORNERNET_EXPORT_ALL=1 is set (CornerNet_Tiny's export is tested in every run by
-tests/test_onnx_export.py)."""
+The three take 80-100 s each on 2 cores (4 min 26 s in all, beside a training run), more than
+the suite's time allows: they run when CORNERNET_EXPORT_ALL=1 is set (CornerNet_Tiny's export is
+tested in every run by tests/test_onnx_export.py)."""
 
 import os
 
@@ -37,7 +37,7 @@ STD = np.array([0.28863828, 0.27408164, 0.27809835], dtype=np.float32)
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("CORNERNET_EXPORT_ALL") != "1",
-                    reason="minutes of CPU per config: set CORNERNET_EXPORT_ALL=1 to run it")
+                    reason="80-100 s of CPU per config: set CORNERNET_EXPORT_ALL=1 to run it")
 @pytest.mark.parametrize("name", ["CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet"])
 def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_path):
     system_config, db_config = load_config(name)
@@ -47,10 +47,12 @@ def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_
     spread_weights(model)
     # ae_threshold 100: pairs are judged by class and geometry only, so many rows are valid.
     settings = {**decode_kwargs(db_config), "ae_threshold": 100}
+    # Under random weights the few corners of Saccade (K 12) and Squeeze (K 20) can pair into no
+    # valid box (every bottom-right left of or above every top-left): 40 corners and 100 rows
+    # give valid rows to compare at both sizes.
+    settings.update(K=max(settings["K"], 40), num_dets=max(settings["num_dets"], 100))
     if model.with_att:
-        # Saccade's 12 corners of each kind pair into no valid box under random weights (every
-        # bottom-right lies left of or above every top-left): 40 corners and 100 rows do.
-        settings.update(no_border=True, K=40, num_dets=100)
+        settings["no_border"] = True
     image = cv2.imread(str(coco128 / "images" / "000000000529.jpg"))
     batches = []
     for scale in (0.25, 0.4):  # canvases 255x127 and 383x255
@@ -78,4 +80,4 @@ def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_
             got, reference = [got[0]], [reference[0]]
         report = compare_outputs([t.numpy() for t in got], [t.numpy() for t in reference])
         assert report["ok"], report
-        assert sum(report["valid"]) > 0, report
+        assert min(report["valid"]) > 0, report  # rows compared in both images of each size
