@@ -197,7 +197,7 @@ class NetworkFactory:
         if self._scale is None:
             return
         scale = self.scaler.get_scale()
-        self.scaler_skipped = self._scale is not None and scale < self._scale
+        self.scaler_skipped = scale < self._scale
         self._scale = scale
 
     def _clip_gradients(self) -> torch.Tensor:
