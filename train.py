@@ -139,11 +139,11 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?
                 stopping, stop.resume, timed = agree_all(
                     [stop(), stop.resuming, clock.due()], distributed, nnet.device)
-                if saver.due(it) or (timed and not stopping):
+                if stopping:  # its snapshot is written below, once
+                    raise Stopped(stop.signum)
+                if saver.due(it) or timed:
                     saver.save(it)
                     clock.saved()
-                if stopping:
-                    raise Stopped(stop.signum)
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()
