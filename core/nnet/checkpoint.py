@@ -1,10 +1,11 @@
-"""The snapshot format: what a snapshot holds, writing it atomically, and loading it back.
+"""Snapshot files: their format, writing them atomically, reading them back, and whether a
+snapshot's config fits the run's. This module knows files, not the parts of a run.
 
-A snapshot (`cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`) holds everything a run needs to continue
-exactly: model, optimizer, gradient scaler (fp16), RNG states, the resolved config and the
-training state the loop passes in (data position, best AP, counters). It loads with
-`weights_only=True`, so a snapshot cannot run code. An official CornerNet-Lite snapshot (a plain
-state dict with `module.` keys) loads as weights.
+A snapshot (`cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`) is one dict: {"format", "iteration"} and the
+state dicts of the run's parts side by side (the network's: model, optimizer, scaler, EMA, RNG,
+config; the loop's: data position, best AP, counters), each part reading its own keys back. It
+loads with `weights_only=True`, so a snapshot cannot run code. An official CornerNet-Lite
+snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and loads as weights.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..models import load_original_state_dict, strip_module_prefix
+from ..models import strip_module_prefix
 from ..utils.files import write_atomic
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
-    from .py_factory import NetworkFactory
 
 SNAPSHOT_FORMAT = "cornernet-lite-modern/1"
 
@@ -83,66 +83,24 @@ def config_difference(saved: dict, current: dict) -> list[str]:
     return differences
 
 
-def save(nnet: NetworkFactory, iteration: int, state: dict | None, path: Path) -> Path:
-    """Write snapshot `iteration` of `nnet` with the loop's `state` atomically to `path`."""
-    snapshot = {
-        "format": SNAPSHOT_FORMAT,
-        "iteration": iteration,
-        "model": nnet.model.state_dict(),
-        "optimizer": nnet.optimizer.state_dict(),
-        "config": nnet.config_record(),
-        "rng": {"torch": torch.get_rng_state()},
-        **(state or {}),
-    }
-    if nnet.ema is not None:
-        snapshot["ema"] = nnet.ema.state_dict()
-    if nnet.device.type == "cuda":
-        snapshot["rng"]["cuda"] = torch.cuda.get_rng_state(nnet.device)
-    if nnet.scaler.is_enabled():
-        snapshot["scaler"] = nnet.scaler.state_dict()
-    write_atomic(snapshot, path)
+def write(state: dict, iteration: int, path: Path) -> Path:
+    """Write `state` (the parts' state dicts and the loop's state) as snapshot `iteration`
+    atomically to `path`."""
+    write_atomic({"format": SNAPSHOT_FORMAT, "iteration": iteration, **state}, path)
     return path
 
 
-def load(nnet: NetworkFactory, path: Path, iteration: int, model_only: bool) -> dict:
-    """Restore `nnet` from the snapshot at `path` (ours, or an official plain state dict).
+def is_ours(snapshot: dict) -> bool:
+    """Whether a loaded file is a snapshot of this project (else an official plain state dict)."""
+    return snapshot.get("format") == SNAPSHOT_FORMAT
 
-    Restores model, weight average (EMA), optimizer, gradient scaler (fp16) and RNG states (only
-    the model and its average with `model_only`, for inference); returns the whole snapshot
-    dict.
-    """
-    snapshot = read_snapshot(path)
-    if snapshot.get("format") != SNAPSHOT_FORMAT:
-        try:
-            load_original_state_dict(nnet.model, snapshot)
-        except RuntimeError as err:
-            raise ConfigError(f"{path} does not fit this config: {err}") from None
-        if nnet.ema is not None:  # a weight average restarts from official weights
-            nnet.ema.restart(nnet.model)
-        return {"iteration": iteration}
-    differences = config_difference(snapshot.get("config", {}), nnet.config_record())
+
+def check_fits(snapshot: dict, current: dict, path: Path) -> None:
+    """A ConfigError when the weights of `snapshot` cannot be this config's (`current`: its
+    config record), naming every difference."""
+    differences = config_difference(snapshot.get("config", {}), current)
     if differences:
         raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
-    nnet.model.load_state_dict(snapshot["model"])
-    if nnet.ema is not None:
-        nnet.ema.load(snapshot.get("ema"), nnet.model)
-    if model_only:
-        return snapshot
-    algo = nnet.system_config.opt_algo
-    saved_algo = snapshot.get("config", {}).get("system", {}).get("opt_algo")
-    try:
-        if saved_algo not in (None, algo):
-            raise ValueError(f"it was trained with {saved_algo}, this config uses {algo}")
-        nnet.optimizer.load_state_dict(snapshot["optimizer"])
-    except ValueError as err:  # another optimizer, or other parameters frozen
-        raise ConfigError(f"{path}: its optimizer state does not fit this config ({err}); "
-                          f"to start from its weights, set system.pretrain to it") from None
-    if nnet.scaler.is_enabled() and snapshot.get("scaler"):
-        nnet.scaler.load_state_dict(snapshot["scaler"])
-    torch.set_rng_state(snapshot["rng"]["torch"])
-    if "cuda" in snapshot["rng"] and nnet.device.type == "cuda":
-        torch.cuda.set_rng_state(snapshot["rng"]["cuda"], nnet.device)
-    return snapshot
 
 
 def load_pretrained(model: nn.Module, path: Path) -> list[str]:
@@ -153,8 +111,7 @@ def load_pretrained(model: nn.Module, path: Path) -> list[str]:
     if not path.is_file():
         raise FileNotFoundError(f"system.pretrain: {path} does not exist")
     loaded = read_snapshot(path)
-    loaded = strip_module_prefix(loaded.get("model", loaded)
-                                 if loaded.get("format") == SNAPSHOT_FORMAT else loaded)
+    loaded = strip_module_prefix(loaded.get("model", loaded) if is_ours(loaded) else loaded)
     own = model.state_dict()
     usable = {k: v for k, v in loaded.items() if k in own and own[k].shape == v.shape}
     skipped = sorted(set(loaded) - set(usable)) + sorted(set(own) - set(loaded))

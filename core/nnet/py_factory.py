@@ -1,7 +1,8 @@
 """NetworkFactory: a model with its loss, optimizer and gradient scaler, and one step.
 
 What a step needs beyond that lives beside it: the chunks of a batch and the DDP wrap in
-`parallel`, the snapshot format in `checkpoint`, freezing in `freeze`.
+`parallel`, snapshot files in `checkpoint` (this class owns what goes in them:
+`state_dict` / `load_state_dict`), freezing in `freeze`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..models import build_model
+from ..errors import ConfigError
+from ..models import build_model, load_original_state_dict
 from ..sample.render import normalize_image, render_targets
 from ..utils.device import check_runtime, resolve_device
 from . import checkpoint, parallel
@@ -239,18 +241,70 @@ class NetworkFactory:
         return {"system": checkpoint.plain(self.system_config.full),
                 "db": checkpoint.plain(self.db_configs)}
 
+    def state_dict(self) -> dict:
+        """Everything of this network a snapshot holds: "model", "optimizer", "config" (the
+        record), "rng" (torch's, and the device's on CUDA), "ema" with a weight average and
+        "scaler" with fp16. Tensors stay where they are; the file writer copies them."""
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                 "config": self.config_record(), "rng": {"torch": torch.get_rng_state()}}
+        if self.ema is not None:
+            state["ema"] = self.ema.state_dict()
+        if self.device.type == "cuda":
+            state["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.scaler.is_enabled():
+            state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict, model_only: bool = False,
+                        source: str | Path = "the snapshot") -> None:
+        """Restore what `state_dict` wrote (extra keys, the loop's, are left alone), or weights
+        from an official plain state dict. `model_only` (inference) restores only the weights
+        and their average. A snapshot that does not fit this config is a ConfigError naming
+        `source`."""
+        if not checkpoint.is_ours(state):
+            try:
+                load_original_state_dict(self.model, state)
+            except RuntimeError as err:
+                raise ConfigError(f"{source} does not fit this config: {err}") from None
+            if self.ema is not None:  # a weight average restarts from official weights
+                self.ema.restart(self.model)
+            return
+        checkpoint.check_fits(state, self.config_record(), source)
+        self.model.load_state_dict(state["model"])
+        if self.ema is not None:
+            self.ema.load(state.get("ema"), self.model)
+        if model_only:
+            return
+        algo = self.system_config.opt_algo
+        saved_algo = state.get("config", {}).get("system", {}).get("opt_algo")
+        try:
+            if saved_algo not in (None, algo):
+                raise ValueError(f"it was trained with {saved_algo}, this config uses {algo}")
+            self.optimizer.load_state_dict(state["optimizer"])
+        except ValueError as err:  # another optimizer, or other parameters frozen
+            raise ConfigError(f"{source}: its optimizer state does not fit this config ({err}); "
+                              f"to start from its weights, set system.pretrain to it") from None
+        if self.scaler.is_enabled() and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+
     def save_params(self, iteration: int, state: dict | None = None,
                     path: Path | None = None) -> Path:
-        """Write snapshot `iteration` atomically (to its numbered file, or `path`): model,
-        optimizer, config and the loop's `state`."""
-        return checkpoint.save(self, iteration, state,
-                               path or self.system_config.snapshot_file(iteration))
+        """Write snapshot `iteration` atomically (to its numbered file, or `path`): this
+        network's `state_dict` and the loop's `state`."""
+        return checkpoint.write({**self.state_dict(), **(state or {})}, iteration,
+                                path or self.system_config.snapshot_file(iteration))
 
     def load_params(self, iteration: int, model_only: bool = False) -> dict:
         """Load snapshot `iteration` (ours, or an official plain state dict); with `model_only`
-        (inference) only the weights. Returns the whole snapshot dict."""
+        (inference) only the weights. Returns the whole snapshot dict ({"iteration"} alone for
+        an official one)."""
         path = checkpoint.require_snapshot(self.system_config, iteration)
-        return checkpoint.load(self, path, iteration, model_only)
+        snapshot = checkpoint.read_snapshot(path)
+        self.load_state_dict(snapshot, model_only, source=path)
+        return snapshot if checkpoint.is_ours(snapshot) else {"iteration": iteration}
 
     def load_pretrained_params(self, path: str | Path) -> list[str]:
         """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
