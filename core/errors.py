@@ -1,8 +1,15 @@
-"""The errors every floor of core/ raises for a user's mistake, and name lookups with a hint.
+"""The kinds of error, the errors every floor of core/ raises for a user's mistake, and name
+lookups with a hint.
 
+Every error class of core/ derives from one of two kinds, and its kind alone decides how it ends
+a script (`core.engine.cli`, which therefore imports no error class from above this floor):
+
+- `UserMistake`: fixed by changing a file, a setting or the command line; exit 2, one line;
+- `RunFailure`: a failure at run time (a full disk mid-run, a diverging loss, a dead worker or
+  peer); exit 1, its cause in the first line (`explain()`).
+
+A third, `Stopped`, is not an error: a signal asked the run to stop (exit 128 + the signal).
 This module imports nothing from core/, so any module may raise these without reaching upward.
-How each error ends a script (exit status, one line or a traceback) is decided in one place,
-`core.engine.cli`.
 """
 
 from __future__ import annotations
@@ -12,11 +19,28 @@ import signal
 from typing import Any
 
 
-class ConfigError(ValueError):
+class UserMistake(Exception):
+    """The kind of every error a user fixes (a file, a setting, the command line): exit 2, and
+    the message alone, on one line, says what is wrong and what to do."""
+
+    exit_status = 2
+
+
+class RunFailure(Exception):
+    """The kind of every failure at run time: exit 1; `explain()` is the report, its cause in
+    the first line."""
+
+    exit_status = 1
+
+    def explain(self) -> str:
+        return str(self)
+
+
+class ConfigError(UserMistake, ValueError):
     """A config file or value is wrong; the message says where and what to do."""
 
 
-class UsageError(Exception):
+class UsageError(UserMistake):
     """A mistake in the command line or in the files it names."""
 
 

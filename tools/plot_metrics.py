@@ -116,26 +116,20 @@ def plot(curves: Curves, out: Path, title: str) -> None:
 
     Panels, top to bottom: losses; learning rate (if logged); validation AP (if any).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
+    from matplotlib.figure import Figure  # no pyplot: no GUI backend, and a faster start
 
     panels = [_draw_losses] + ([_draw_lr] if curves.lr[0] else []) + (
         [_draw_ap] if curves.ap else [])
     width, height = PANEL_INCHES
-    figure, axes = pyplot.subplots(len(panels), 1, sharex=True, squeeze=False, dpi=DPI,
-                                   figsize=(width, height * len(panels)))
-    try:
-        for axis, draw in zip(axes[:, 0], panels):
-            draw(axis, curves)
-            axis.grid(True, alpha=0.3)
-        axes[0, 0].set_title(title)
-        axes[-1, 0].set_xlabel("iteration")
-        figure.tight_layout()
-        write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
-    finally:
-        pyplot.close(figure)
+    figure = Figure(dpi=DPI, figsize=(width, height * len(panels)))
+    axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)
+    for axis, draw in zip(axes[:, 0], panels):
+        draw(axis, curves)
+        axis.grid(True, alpha=0.3)
+    axes[0, 0].set_title(title)
+    axes[-1, 0].set_xlabel("iteration")
+    figure.tight_layout()
+    write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
 
 
 def _draw_losses(axis, curves: Curves) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from ..errors import ConfigError, Stopped
+from ..errors import ConfigError, RunFailure, Stopped
 from ..utils.device import resolve_device
 from ..utils.procs import is_alive, process_identity
 from .chunks import Deal, with_batch_size
@@ -49,8 +49,11 @@ SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be
 STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
 
 
-class WorkerError(RuntimeError):
+class WorkerError(RunFailure, RuntimeError):
     """A prefetch worker failed; the message carries its traceback or exit status."""
+
+    def explain(self) -> str:
+        return f"training stopped: {self}"
 
 
 def _arrays(batch: dict) -> dict[str, np.ndarray]:

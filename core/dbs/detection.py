@@ -46,10 +46,11 @@ from typing import Any
 import numpy as np
 
 from core.config import SystemConfig, check_db_config
+from core.errors import UserMistake
 from core.utils.images import read_image
 
 
-class DatasetError(ValueError):
+class DatasetError(UserMistake, ValueError):
     """An annotation file or dataset setting is wrong; the message names the file and entry."""
 
 

@@ -1,14 +1,14 @@
 """How every script ends: one table from an error to its exit status and message.
 
 train.py, test.py, demo.py and tools/ all report through here, so the same mistake ends the same
-way everywhere:
+way everywhere. The table decides by the error's kind (`core.errors`), so it imports nothing
+above the ground floor, and `import core.engine.cli` costs no torch:
 
-- 2, one line: a user's mistake, fixed by changing a file, a setting or the command line
-  (config, data, a missing file, storage set-up: ConfigError, UsageError, DatasetError,
-  ImageReadError, MissingEvaluator, FileNotFoundError, StorageError);
-- 1: a failure at run time, its cause in the first line (a full disk mid-run, a diverging loss,
-  a failed prefetch worker, a node that never came, a lost peer, a bug) with the traceback where the cause is not
-  self-explanatory;
+- 2, one line: a user's mistake (`UserMistake`: config, data, a missing file, storage set-up),
+  and Python's own FileNotFoundError;
+- 1: a failure at run time (`RunFailure`: a full disk mid-run, a diverging loss, a failed
+  prefetch worker, a node that never came, a lost peer), its cause in the first line; any other
+  exception is a bug: 1, with its traceback;
 - 128 + signal when stopped by Ctrl-C or SIGTERM.
 `CORNERNET_DEBUG=1` (or any true value: 1, true, yes, on) or `--debug` adds the traceback to
 every error.
@@ -23,19 +23,9 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
+from ..errors import RunFailure, Stopped, UserMistake
 
-from ..data.prefetch import WorkerError
-from ..dbs import DatasetError
-from ..errors import ConfigError, Stopped, UsageError
-from ..inference.coco_eval import MissingEvaluator
-from ..nnet.py_factory import NonFiniteLoss
-from ..utils.files import DiskFull, StorageError
-from ..utils.images import ImageReadError
-from ..utils.rendezvous import RendezvousError
-
-USER_MISTAKES = (ConfigError, UsageError, DatasetError, ImageReadError, MissingEvaluator,
-                 FileNotFoundError, StorageError)
+USER_MISTAKES = (UserMistake, FileNotFoundError)
 TRUE = ("1", "true", "yes", "on")
 
 
@@ -48,26 +38,20 @@ def _trace(err: BaseException) -> str:
     return "".join(traceback.format_exception(type(err), err, err.__traceback__))
 
 
+def _lost_peer(err: BaseException) -> bool:
+    """torch.distributed's DistError (a collective whose peer went away), known by name: the
+    table must not import torch to recognise it."""
+    return any(cls.__name__ == "DistError" and cls.__module__.startswith("torch")
+               for cls in type(err).__mro__)
+
+
 def describe(err: BaseException) -> tuple[int, str]:
     """(exit status, message) for an error that ended a script; see the module docstring."""
-    if isinstance(err, DiskFull):  # a disk that fills mid-run is a failure of the run
-        return 1, str(err)
+    if isinstance(err, RunFailure):
+        return err.exit_status, err.explain()
     if isinstance(err, USER_MISTAKES):
         return 2, " ".join(str(err).split())  # torch's multi-line messages, on one line
-    if isinstance(err, NonFiniteLoss) and hasattr(err, "skipped"):
-        bad, recent = err.skipped
-        return 1, (f"iteration {err.iteration}: {bad} of the last {recent} steps had a non-finite "
-                   f"loss ({err}); the run is diverging, stopping. Lower system.learning_rate "
-                   f"or resume from an earlier snapshot.")
-    if isinstance(err, NonFiniteLoss):
-        return 1, (f"iteration {getattr(err, 'iteration', '?')}: the loss is not finite ({err}); "
-                   f"stopping. Lower system.learning_rate, check the data, or set "
-                   f"system.nonfinite_loss to \"skip\".")
-    if isinstance(err, WorkerError):
-        return 1, f"training stopped: {err}"
-    if isinstance(err, RendezvousError):  # names the missing node and what to run there
-        return 1, str(err)
-    if isinstance(err, dist.DistError):
+    if _lost_peer(err):
         first = str(err).splitlines()[0] if str(err) else ""
         return 1, (f"lost contact with another process of the run (it failed or was killed): "
                    f"{type(err).__name__}: {first}\n{_trace(err)}")

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import torch
-
 
 class Writer(Protocol):
     def write(self, iteration: int, values: dict[str, Any]) -> None: ...
@@ -240,6 +238,8 @@ def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: A
               **speed.read(), **counts.values(), "skipped_steps": skipped_steps,
               "time": speed.elapsed()}
     if getattr(device, "type", None) == "cuda":
+        import torch  # here: reading a metrics file (tools/plot_metrics.py) needs no torch
+
         values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
         torch.cuda.reset_peak_memory_stats(device)
     return values

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import UserMistake
 from .per_class import format_per_class, per_class_ap
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
@@ -50,7 +51,7 @@ def to_coco_results(top_bboxes: dict[int, dict[int, np.ndarray]],
     return results
 
 
-class MissingEvaluator(ImportError):
+class MissingEvaluator(UserMistake, ImportError):
     """The COCO evaluator of a backend is not installed; the message says how to install it."""
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, UserMistake
 from ..models import strip_module_prefix
 from ..utils.files import write_atomic
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 SNAPSHOT_FORMAT = "cornernet-lite-modern/1"
 
 
-class SnapshotMissing(FileNotFoundError):
+class SnapshotMissing(UserMistake, FileNotFoundError):
     """No snapshot file for the asked iteration; the message lists the ones there are."""
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import ConfigError, RunFailure
 from ..models import build_model, load_original_state_dict
 from ..sample.render import normalize_image, render_targets
 from ..utils.device import check_runtime, resolve_device
@@ -29,12 +29,24 @@ if TYPE_CHECKING:
     from .running_stats import RunningStatsMerge
 
 
-class NonFiniteLoss(FloatingPointError):
-    """The loss of a step is NaN or infinite; `terms` holds every component."""
+class NonFiniteLoss(RunFailure, FloatingPointError):
+    """The loss of a step is NaN or infinite; `terms` holds every component. The loop sets
+    `iteration`, and `skipped` = (bad, recent) when it stops after skipping too many steps."""
 
     def __init__(self, terms: dict[str, float]) -> None:
         self.terms = terms
         super().__init__(", ".join(f"{k}={v:.6g}" for k, v in terms.items()))
+
+    def explain(self) -> str:
+        iteration = getattr(self, "iteration", "?")
+        if hasattr(self, "skipped"):
+            bad, recent = self.skipped
+            return (f"iteration {iteration}: {bad} of the last {recent} steps had a non-finite "
+                    f"loss ({self}); the run is diverging, stopping. Lower "
+                    f"system.learning_rate or resume from an earlier snapshot.")
+        return (f"iteration {iteration}: the loss is not finite ({self}); stopping. Lower "
+                f"system.learning_rate, check the data, or set system.nonfinite_loss to "
+                f"\"skip\".")
 
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

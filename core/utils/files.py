@@ -21,8 +21,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-import torch
-
+from ..errors import RunFailure, UserMistake
 from .procs import is_alive, process_identity
 
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -30,7 +29,10 @@ _TEMP = re.compile(r"^\.(?P<target>.+)\.(?P<pid>\d+)(?:-(?P<start>\d+))?\.tmp$")
 
 
 class StorageError(OSError):
-    """A file could not be written or a folder lacks room; str() is the one-line message."""
+    """A file could not be written or a folder lacks room; str() is the one-line message.
+
+    A family, not a kind: each member below says whether it is the user's to fix or a failure
+    of the run (`core.errors`)."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(code, message)
@@ -40,15 +42,16 @@ class StorageError(OSError):
         return self.message
 
 
-class NotWritable(StorageError):
+class NotWritable(UserMistake, StorageError):
     """A folder or file cannot be written (permissions, read-only file system)."""
 
 
-class DiskFull(StorageError):
-    """The disk lacks room for a file (ENOSPC, EDQUOT), now or for the run ahead."""
+class DiskFull(RunFailure, StorageError):
+    """The disk lacks room for a file (ENOSPC, EDQUOT), now or for the run ahead: a failure of
+    the run (a disk that fills mid-run is nobody's typing mistake)."""
 
 
-class ShmTooSmall(StorageError):
+class ShmTooSmall(UserMistake, StorageError):
     """/dev/shm has less room than the prefetch rings need."""
 
 
@@ -149,6 +152,8 @@ def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> None:
 
 def write_atomic(obj: Any, path: Path) -> None:
     """torch.save `obj` to `path` through `write_file_atomic`."""
+    import torch  # here, not at the top: reading and plotting files needs no torch
+
     write_file_atomic(path, lambda file: torch.save(obj, file))
 
 

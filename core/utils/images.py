@@ -7,13 +7,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from ..errors import UserMistake
+
 _JPEG_SOI = b"\xff\xd8"
 _JPEG_EOI = b"\xff\xd9"
 # Some encoders pad after the end-of-image marker; look for it this far from the end.
 _EOI_SEARCH_BYTES = 1024
 
 
-class ImageReadError(OSError):
+class ImageReadError(UserMistake, OSError):
     """An image file is missing, unreadable or truncated; `.path` names it, `.reason` says why."""
 
     def __init__(self, path: str | Path, reason: str) -> None:

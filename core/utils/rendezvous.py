@@ -19,13 +19,14 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from ..errors import RunFailure
 from .peers import store_address
 
 SAY_EVERY_S = 5.0
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 
 
-class RendezvousError(RuntimeError):
+class RendezvousError(RunFailure, RuntimeError):
     """The ranks of a run did not all meet; the message names who is missing and what to do."""
 
 
