@@ -7,6 +7,14 @@ writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continu
 
 from __future__ import annotations
 
+from core.engine.stop import catch_early
+
+# First, before the heavy imports below (seconds of torch and cv2): from here on a stop or resume
+# signal is remembered, and the run stops after its first iteration with a snapshot. (Imported,
+# train.py changes no handler: `launch` catches them then.)
+if __name__ == "__main__":
+    catch_early()
+
 import argparse
 import contextlib
 import functools
@@ -19,13 +27,14 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, SystemConfig
 from core.data.prefetch import Prefetcher
 from core.engine import preempt
+from core.engine.agree import agree_all
 from core.engine.build import build, data_only
 from core.engine.launch import launch
 from core.engine.metrics import EVAL_KEYS, display_line, open_metrics, training_values
 from core.engine.schedule import due, learning_rate_at
 from core.engine.snapshots import Saver
 from core.engine.steps import validate
-from core.engine.stop import agree_all
+from core.engine.stop import held_back, stop_request
 from core.errors import Stopped
 from core.utils.peers import PeerWatch
 
@@ -80,7 +89,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
     if args.dry_run is not None:
         return data_only(args, system_config, db_config, rank, world, device, log)
-    stop = preempt.stop_request(args, system_config)
+    stop = stop_request(args, system_config)
     job = build(args, system_config, db_config, rank, world, device, distributed, log)
     nnet, share, start, step, counts = job.nnet, job.share, job.start, job.step, job.counts
     if args.initialize:
@@ -91,14 +100,15 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     evaluate = job.evaluate
     speed, clock = job.speed, preempt.SnapshotClock(system_config.snapshot_minutes)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
-    # ranks stop together, at the end of an iteration, through `agree_all`.
-    wait_stop = (lambda: False) if distributed else stop
+    # ranks stop together, at the end of an iteration, through `agree_all`. The first iteration
+    # is never cut short: a stop asked during start-up ends with a snapshot, not with nothing.
+    wait_stop = (lambda: False) if distributed else (lambda: iteration > start and stop())
     every = {"display": system_config.display, "val": system_config.val_iter}
     common = {"share": share, "device": nnet.device, "sample": job.sample,
               "system_config": system_config, "probe": job.probe}
     iteration = start
     with contextlib.ExitStack() as stack:
-        with preempt.held_back(stop.resume_signal):  # SLURM signals the workers too
+        with held_back(stop.resume_signal):  # SLURM signals the workers too
             train_data = stack.enter_context(Prefetcher(
                 job.make_train_db, workers=args.workers, data_aug=True, stream="train",
                 start=start, **common))

@@ -14,6 +14,7 @@ from _train_helpers import REPO, write_config
 
 from core.config import ConfigError
 from core.engine import cluster, preempt
+from core.engine import stop as stops
 from core.engine.snapshots import numbered, prune
 from core.engine.stop import RESUME_STATUS, StopRequest
 
@@ -68,8 +69,8 @@ def restore_handlers():
 
 def test_the_resume_signal_exits_75_and_sigterm_as_before(restore_handlers):
     config = SimpleNamespace(stop_signal="USR1")
-    assert preempt.resume_signal(SimpleNamespace(stop_signal=None), config) == signal.SIGUSR1
-    usr2 = preempt.resume_signal(SimpleNamespace(stop_signal="USR2"), config)
+    assert stops.resume_signal(SimpleNamespace(stop_signal=None), config) == signal.SIGUSR1
+    usr2 = stops.resume_signal(SimpleNamespace(stop_signal="USR2"), config)
     assert usr2 == signal.SIGUSR2  # the command line wins over the config
     stop = StopRequest(signal.SIGUSR1)
     os.kill(os.getpid(), signal.SIGUSR1)
@@ -83,12 +84,12 @@ def test_the_resume_signal_exits_75_and_sigterm_as_before(restore_handlers):
 
 def test_a_resume_signal_during_start_up_is_a_stop_request_not_a_death(restore_handlers,
                                                                         monkeypatch):
-    monkeypatch.setattr(preempt, "_early", set())
-    preempt.catch_early()  # train.main does this first: imports and set-up take seconds
+    monkeypatch.setattr(stops, "_early", [])
+    stops.catch_early()  # train.py does this first: imports and set-up take seconds
     os.kill(os.getpid(), signal.SIGUSR1)
-    stop = preempt.stop_request(SimpleNamespace(stop_signal=None),
+    request = stops.stop_request(SimpleNamespace(stop_signal=None),
                                 SimpleNamespace(stop_signal="USR1"))
-    assert stop() and stop.exit_status == RESUME_STATUS
+    assert request() and request.exit_status == RESUME_STATUS
     assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL  # not the resume signal: as ever
 
 

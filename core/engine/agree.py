@@ -1,4 +1,5 @@
-"""Every rank proves at start that it runs the same resolved config.
+"""Ranks that agree: every rank proves at start that it runs the same resolved config, and the
+loop's per-iteration questions (stop? snapshot?) get one answer on every rank (`agree_all`).
 
 Two nodes started with configs that differ in one value (a `max_iter`, a learning rate) train
 apart: one waits in a collective the other never enters, or their weights drift until the
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from ..errors import ConfigError
@@ -63,3 +66,13 @@ def check_same_config(system: dict, db: dict, args: Any, rank: int, world: int) 
                           f"vs {reference_hash}): {shown}{more}; start every node with the "
                           f"same configs file and --iter")
     return reference_hash
+
+
+def agree_all(flags: Sequence[bool], distributed: bool, device: torch.device) -> list[bool]:
+    """Each flag true on every rank when it is true on any, in one all-reduce: ranks must stop
+    and snapshot at the same iteration."""
+    if not distributed:
+        return list(flags)
+    value = torch.tensor([int(flag) for flag in flags], device=device)  # nccl: CUDA tensors only
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return [bool(v) for v in value.tolist()]

@@ -1,8 +1,9 @@
 """How every script ends: one table from an error to its exit status and message.
 
 train.py, test.py, demo.py and tools/ all report through here, so the same mistake ends the same
-way everywhere. The table decides by the error's kind (`core.errors`), so it imports nothing
-above the ground floor, and `import core.engine.cli` costs no torch:
+way everywhere. The table decides by the error's kind (`core.errors`): it imports no error class
+from above the ground floor, and `import core.engine.cli` (with its torch-free sibling `stop`)
+costs no torch:
 
 - 2, one line: a user's mistake (`UserMistake`: config, data, a missing file, storage set-up),
   and Python's own FileNotFoundError;
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RunFailure, Stopped, UserMistake
+from .stop import StopRequest
 
 USER_MISTAKES = (UserMistake, FileNotFoundError)
 TRUE = ("1", "true", "yes", "on")
@@ -74,27 +76,27 @@ def report(err: BaseException, argv: list[str] | None = None) -> int:
     return status
 
 
-def _stop_handler(signum: int, _frame: Any) -> None:
-    # The second signal: the first one's clean-up is taking too long for the user.
-    signal.signal(signal.SIGINT, lambda *_: os._exit(128 + signal.SIGINT))
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(128 + signal.SIGTERM))
-    raise Stopped(signum)
-
-
 def run_cli(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None) -> None:
     """Run a script's `main()` and exit with the status its outcome calls for.
+
+    A stop signal ends it at once (`core.engine.stop`, the same rules as training's: a second
+    Ctrl-C hurries, quietly).
 
     Args:
         main: the script's work; its return value is ignored.
         on_stop: the line to print when stopped by a signal (what was kept, how to continue).
     """
-    signal.signal(signal.SIGINT, _stop_handler)
-    signal.signal(signal.SIGTERM, _stop_handler)
+    StopRequest(at_once=True)
     try:
-        main()
-    except Stopped as stop:
-        print(f"stopped by {stop}" + (f": {on_stop(stop)}" if on_stop else ""),
-              file=sys.stderr)
-        sys.exit(128 + stop.signum)
-    except Exception as err:  # noqa: BLE001 - every failure becomes a report
-        sys.exit(report(err, sys.argv))
+        try:
+            main()
+            status = 0
+        except Stopped as stop:
+            status = 128 + stop.signum
+            print(f"stopped by {stop}" + (f": {on_stop(stop)}" if on_stop else ""),
+                  file=sys.stderr)
+        except Exception as err:  # noqa: BLE001 - every failure becomes a report
+            status = report(err, sys.argv)
+    except KeyboardInterrupt:  # the second Ctrl-C, wherever it lands: the user will not wait
+        status = 128 + signal.SIGINT
+    sys.exit(status)

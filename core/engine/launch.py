@@ -43,7 +43,7 @@ from ..utils import procs as lifetime
 from ..utils.device import configure, distributed_kind, rank_device, resolve_device
 from ..utils.peers import broken_collective
 from ..utils.procs import process_identity
-from . import cluster, preempt
+from . import cluster, preempt, stop
 from .agree import check_same_config
 from .cli import USER_MISTAKES, describe, report, with_trace
 from .preflight import check_args, preflight, tidy_temp
@@ -191,7 +191,7 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
 def launch(args: argparse.Namespace, train: Train) -> int:
     """Check the run, then train in this process, under torchrun or srun, or in spawned
     processes."""
-    preempt.catch_early()
+    stop.catch_early()  # again (train.py did it first): launch may be called from Python
     if dist_utils.launched_by_torchrun():
         args.distributed = True  # torchrun's processes are one run, never independent copies
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
@@ -221,6 +221,8 @@ def launch(args: argparse.Namespace, train: Train) -> int:
             args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
         tidy_temp()
+    except KeyboardInterrupt:  # a second Ctrl-C during the checks: stop now, quietly
+        return 128 + signal.SIGINT
     except USER_MISTAKES as err:
         if os.environ.get("SLURM_PROCID", "0") != "0" and cluster.in_job_step():
             return 2  # every task finds the same mistake: task 0 says it

@@ -1,61 +1,22 @@
-"""Runs that outlive their jobs: the resume signal, SLURM's requeue, snapshots by wall time.
+"""Runs that outlive their jobs: SLURM's requeue after the resume signal, snapshots by wall time.
 
 A cluster job ends at its time limit or when a higher-priority job preempts it. SLURM can send a
-signal some seconds before (`#SBATCH --signal=USR1@<s>`): the loop then stops at the end of the
-iteration on every rank together, writes a snapshot, and exits with RESUME_STATUS; with
-`system.requeue` (or --requeue) rank 0 of a SLURM job then asks SLURM to requeue the job, whose
-script continues with `--iter latest`. What a hard kill (no signal, a node failure) can lose is
+signal some seconds before (`#SBATCH --signal=USR1@<s>`, caught by `core.engine.stop`): the loop
+then stops at the end of the iteration on every rank together, writes a snapshot, and exits with
+RESUME_STATUS; with `system.requeue` (or --requeue) rank 0 of a SLURM job then asks SLURM to
+requeue the job, whose script continues with `--iter latest`. What a hard kill (no signal, a node failure) can lose is
 bounded by `system.snapshot_minutes`: a snapshot whenever that much wall time has passed since
 the last one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any, Callable
 
-from ..errors import ConfigError
-from .stop import RESUME_STATUS, StopRequest
-
-# Signals that may be the resume signal, and those of them that came before the loop's
-# StopRequest took over (see `catch_early`).
-CANDIDATES = (signal.SIGUSR1, signal.SIGUSR2)
-_early: set[int] = set()
-
-
-def resume_signal(args: Any, system_config: Any) -> int:
-    """The signal number of the resume signal: --stop-signal, else system.stop_signal."""
-    name = (getattr(args, "stop_signal", None) or system_config.stop_signal).upper()
-    try:
-        return int(getattr(signal, "SIG" + name.removeprefix("SIG")))
-    except (AttributeError, TypeError) as err:
-        raise ConfigError(f"--stop-signal {name}: not a signal; use USR1, USR2, TERM or HUP"
-                          ) from err
-
-
-def catch_early() -> None:
-    """Remember SIGUSR1/SIGUSR2 instead of dying of them until `stop_request` takes over: SLURM
-    may send its signal while the run still starts (imports, data, the process group), and
-    the default action of both is to end the process without a snapshot."""
-    for signum in CANDIDATES:
-        signal.signal(signum, lambda signum, frame: _early.add(signum))
-
-
-def stop_request(args: Any, system_config: Any) -> StopRequest:
-    """The loop's StopRequest, with the resume signal of --stop-signal / system.stop_signal;
-    a resume signal caught early is a stop request already."""
-    resume = resume_signal(args, system_config)
-    stop = StopRequest(resume)
-    for signum in set(CANDIDATES) - {resume}:
-        signal.signal(signum, signal.SIG_DFL)
-    if resume in _early:
-        stop.signum = resume
-    return stop
+from .stop import RESUME_STATUS
 
 
 class SnapshotClock:
@@ -102,19 +63,3 @@ def requeue(status: int, args: Any, system_config: Any, rank: int,
     else:
         log(f"requeued SLURM job {job}: it continues from this snapshot with --iter latest")
     return status
-
-
-@contextlib.contextmanager
-def held_back(signum: int | None) -> Iterator[None]:
-    """Block `signum` while the data processes start: the fork server started now, and every
-    worker it forks later, inherit the block, so SLURM's signal to every process of the job
-    step cannot kill them (only the trainer acts on it and stops them itself). The trainer
-    receives a signal that came meanwhile as soon as the block is lifted."""
-    if signum is None:
-        yield
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signum})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
