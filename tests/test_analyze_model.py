@@ -65,13 +65,21 @@ def test_a_tensor_saved_twice_counts_once_and_weights_not_at_all():
     assert saved_activation_bytes(model, (10, 12)) == (3 + 8) * 10 * 12 * 4
 
 
-def test_frozen_parameters_are_not_trainable_and_the_tool_prints_its_table(tmp_path):
+def frozen_report() -> dict:
     system_config, db_config = load_config("CornerNet_Tiny")
     system_config.full["freeze"] = ["hg.pre"]
-    report = analyze(system_config, db_config, (128, 128), torch.device("cpu"))
-    params = report["parameters"]
+    return analyze(system_config, db_config, (128, 128), torch.device("cpu"))
+
+
+def test_frozen_parameters_are_not_trainable():
+    params = frozen_report()["parameters"]
     pre = sum(p.numel() for p in CornerNet_Tiny.model(categories=4).hg.pre.parameters())
     assert params["trainable"] == params["total"] - pre
+
+
+@pytest.mark.slow
+def test_the_tool_prints_its_table(tmp_path):
+    params = frozen_report()["parameters"]
     done = run("tools/analyze_model.py", "CornerNet_Tiny", "--test-size", 128, 128,
                "--json", tmp_path / "cost.json")
     assert done.returncode == 0, done.stderr

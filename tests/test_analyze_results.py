@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from _tiny_coco import make_tiny_coco, run
 
 
+@pytest.mark.slow
 def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
     tested = run("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
@@ -35,6 +37,7 @@ def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
     assert set(analysis["shuffled_labels"]) == set(analysis["overall"])
 
 
+@pytest.mark.slow
 def test_a_missing_results_folder_is_one_line_naming_test_py(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
     done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",

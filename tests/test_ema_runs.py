@@ -22,6 +22,7 @@ def _results(root, testiter):
             json.loads((folder / "metrics.json").read_text()))
 
 
+@pytest.mark.slow
 def test_testiter_best_evaluates_the_average_and_raw_weights_on_request(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
     config_file = root / "configs" / "CocoTiny.json"

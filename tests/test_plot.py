@@ -136,6 +136,7 @@ def test_without_matplotlib_says_how_to_install_it(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().err == 'error: plotting needs matplotlib: pip install -e ".[plot]"\n'
 
 
+@pytest.mark.slow
 def test_command_line_finds_a_configs_metrics_under_the_cache_dir(tmp_path):
     write(tmp_path / "nnet" / "CornerNet_Tiny" / "metrics.jsonl", [training_line(10)])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
