@@ -4,9 +4,9 @@ A cluster job ends at its time limit or when a higher-priority job preempts it. 
 signal some seconds before (`#SBATCH --signal=USR1@<s>`, caught by `core.engine.stop`): the loop
 then stops at the end of the iteration on every rank together, writes a snapshot, and exits with
 RESUME_STATUS; with `system.requeue` (or --requeue) rank 0 of a SLURM job then asks SLURM to
-requeue the job, whose script continues with `--iter latest`. What a hard kill (no signal, a node failure) can lose is
-bounded by `system.snapshot_minutes`: a snapshot whenever that much wall time has passed since
-the last one.
+requeue the job, whose script continues with `--iter latest`. What a hard kill (no signal, a
+node failure) can lose is bounded by `system.snapshot_minutes`: a snapshot whenever that much
+wall time has passed since the last one.
 """
 
 from __future__ import annotations
