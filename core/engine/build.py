@@ -22,7 +22,7 @@ from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
 from ..data.ring import probe_batch
 from ..dbs import datasets
-from ..errors import lookup
+from ..errors import Stopped, lookup
 from ..inference.coco_eval import require_backend
 from ..nnet.py_factory import NetworkFactory
 from ..sample import data_sampling_func
@@ -34,6 +34,7 @@ from . import snapshots
 from .evaluation import Evaluator
 from .metrics import DataCounts, Throughput
 from .steps import TrainStep
+from .stop import StopRequest
 
 if TYPE_CHECKING:
     from ..dbs.detection import DETECTION
@@ -75,14 +76,22 @@ class Run:
 
 def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
               rank: int, world: int, device: torch.device | str | None, log: Log) -> int:
-    """--dry-run N: N batches through the prefetch path and its figures; no model, no files."""
+    """--dry-run N: N batches through the prefetch path and its figures; no model, no files.
+    A stop signal (also one caught during start-up) ends it at once: there is nothing to save."""
+    stop = StopRequest(at_once=True)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
                                 sys_config=system_config)
     where = resolve_device(device)
-    log(dry_run(system_config, make_db, sample, deal(system_config, rank, world), args.workers,
-                args.dry_run, device=where).report())
+    try:
+        if stop():
+            raise Stopped(stop.signum)
+        log(dry_run(system_config, make_db, sample, deal(system_config, rank, world),
+                    args.workers, args.dry_run, device=where).report())
+    except Stopped as stopped:
+        log(f"stopped by {stopped}: a dry run has nothing to save")
+        return stop.exit_status
     return 0
 
 
