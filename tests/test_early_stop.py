@@ -79,6 +79,20 @@ def test_a_signal_before_the_interpreter_runs_waits_when_the_launcher_blocks_it(
     assert_stopped_after_iteration_1(root, code, output, 128 + signal.SIGTERM)
 
 
+@pytest.mark.slow
+def test_a_stop_during_a_dry_run_ends_it_in_one_line(long_run):
+    _, config_dir = long_run
+    run = Training(config_dir, "--dry-run", "100000")
+    try:
+        time.sleep(max(1.0, 1.5 * interpreter_start()))
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, output = run.finish(timeout=240)
+    finally:
+        run.kill()
+    assert code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM: a dry run has nothing to save" in output
+
+
 @pytest.fixture
 def restore_handlers():
     saved = {s: signal.getsignal(s) for s in (*stops.STOPS, *stops.CANDIDATES)}
