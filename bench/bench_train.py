@@ -31,7 +31,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._coco128 import COCO128, coco128_run
+from bench._coco128 import COCO128, MISSING, coco128_run
 from core.config import load_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
@@ -151,7 +151,7 @@ def main() -> None:
         args.input_size, args.batch, args.iters, args.warmup = 127, 2, 3, 1
         args.workers = [w for w in args.workers if w <= 2]
     if not COCO128.is_dir():
-        sys.exit(f"coco128 not found at {COCO128}")
+        sys.exit(MISSING)
     device = resolve_device(args.device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "none"
     print(f"device {device} ({gpu}), torch {torch.__version__}, {torch.get_num_threads()} "
