@@ -144,7 +144,7 @@ def select(only: list[str], skip: list[str], gpus: int) -> list[str]:
     keys = plan_order(gpus)
     for pattern in only + skip:
         if not any(fnmatch.fnmatch(key, pattern) for key in GROUPS):
-            raise SystemExit(f"error: no step group matches {pattern!r}; valid: "
+            raise ValueError(f"no step group matches {pattern!r}; valid: "
                              f"{', '.join(GROUPS)}")
     chosen = [k for k in keys if not only or any(fnmatch.fnmatch(k, p) for p in only)]
     for key in list(chosen):
@@ -197,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[_shared.ENV] = str(args.data.resolve())  # the steps' tests and benches too
     import torch
     gpus = torch.cuda.device_count() if args.device == "cuda" else 0
-    keys = select(args.only, args.skip, gpus)
+    try:
+        keys = select(args.only, args.skip, gpus)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.list:
         for key in plan_order(gpus):
             group = GROUPS[key]

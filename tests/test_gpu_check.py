@@ -86,7 +86,7 @@ def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
     everything = select([], [], gpus=1)
     assert everything[:4] == ["cuda-tests", "train-squeeze", "bench-squeeze", "test-squeeze"]
     assert "train-2gpu" not in everything and "train-2gpu" in select([], [], gpus=2)
-    with pytest.raises(SystemExit, match="no step group matches 'trian-\\*'"):
+    with pytest.raises(ValueError, match="no step group matches 'trian-\\*'"):
         select(["trian-*"], [], gpus=1)
 
 
