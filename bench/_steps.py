@@ -21,7 +21,7 @@ from typing import Callable, NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds kept back from the budget: a killed step's grace period, then the table.
-RESERVE = 12.0
+RESERVE = 15.0
 KILL_GRACE = 8.0
 TAIL = 25
 

@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     rest = [key for key in keys if key not in done]
     if rest:
         steps.say("the rest: python bench/gpu_check.py --only " + " ".join(rest)
+                  + (f" --data {args.data}" if args.data else "")
                   + (f" --budget {args.budget:.0f}" if args.budget else ""))
     if args.scratch is None and not steps.failed:
         shutil.rmtree(scratch, ignore_errors=True)
