@@ -81,8 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--debug-images", type=int, default=20)
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
-    parser.add_argument("--backend", choices=BACKENDS, default="faster",
-                        help="COCO evaluator (pycocotools is the reference)")
+    parser.add_argument("--backend", choices=(*BACKENDS, "none"), default="faster",
+                        help="COCO evaluator (pycocotools is the reference); none: write the "
+                             "detections without scoring them")
     parser.add_argument("--raw-weights", action="store_true",
                         help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
@@ -198,7 +199,7 @@ def main(args: argparse.Namespace) -> dict | None:
                                                             sys_config=system_config)
     out_dir = result_folder(args, system_config, testiter, split)
     check_writable(out_dir)
-    if db.has_annotations:
+    if db.has_annotations and args.backend != "none":
         require_backend(args.backend)
     if args.runtime == "torch":
         require_snapshot(system_config, testiter, "train first or pick --testiter")

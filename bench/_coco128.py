@@ -1,4 +1,5 @@
-"""The benchmarks' dataset: a shipped config's settings over ../shared/data/coco128."""
+"""The benchmarks' dataset: a shipped config's settings over coco128 (found as `bench/_shared`
+says: CORNERNET_DATA, ../shared, ./shared)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ from typing import Any, Callable
 from core.config import load_config
 from core.dbs import datasets
 
+try:
+    from bench._shared import coco128_dir, looked_in
+except ImportError:  # run as a script from bench/
+    from _shared import coco128_dir, looked_in
+
 REPO = Path(__file__).resolve().parents[1]
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
+# Where coco128 was found; a path that does not exist when it was not (scripts check is_dir()).
+COCO128 = coco128_dir() or REPO / "shared" / "data" / "coco128"
+MISSING = f"coco128 not found; looked in {looked_in()}: run bench/gpu_prep.sh or set CORNERNET_DATA"
 
 
 def coco128_run(name: str, db: dict | None = None, **system: Any) -> tuple[Any, Callable]:

@@ -26,8 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _shared import coco128_dir  # bench/ is the script's folder
+
 REPO = Path(__file__).resolve().parents[1]
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
+COCO128 = coco128_dir() or REPO.parent / "shared" / "data" / "coco128"
 
 
 def write_config(folder: Path, name: str, batch: int, input_size: int, output_size: int

@@ -30,7 +30,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._coco128 import COCO128, coco128_run
+from bench._coco128 import COCO128, MISSING, coco128_run
 from core.config import load_config
 from core.data import prefetch, ring
 from core.data.chunks import deal
@@ -158,7 +158,7 @@ def main() -> None:
                     functools.partial(handoff, name, workers, args.batches, batch_size,
                                       args.build_ms), tuple(RULES))
     if not COCO128.is_dir():
-        sys.exit(f"coco128 not found at {COCO128}")
+        sys.exit(MISSING)
     for name in ("CornerNet_Squeeze", "CornerNet_Saccade"):
         for workers in (1, 2):
             compare(f"{name:18s} coco128, batch {args.batch_size}", workers, args.repeats,

@@ -24,13 +24,13 @@ from pathlib import Path
 
 import cv2
 import torch
+from _coco128 import COCO128  # bench/ is the script's folder
 
 from core.config import SystemConfig, load_config
 from core.dbs import datasets
 from core.sample import data_sampling_func
 from core.sample.render import normalize_image, render_targets
 
-COCO128 = Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
 CONFIGS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade")
 
 

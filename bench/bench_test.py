@@ -31,6 +31,7 @@ import cv2
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _coco128 import COCO128  # bench/ is the script's folder
 
 from core.config import check_db_config, load_config
 from core.dbs import datasets
@@ -40,7 +41,6 @@ from core.nnet.py_factory import NetworkFactory
 
 ROOT = Path(__file__).resolve().parents[1]
 
-COCO128 = ROOT.parent / "shared" / "data" / "coco128"
 IMAGE_HW = (480, 640)
 SETTINGS = (("CornerNet_Squeeze", 8), ("CornerNet", 4))
 

@@ -9,8 +9,8 @@ fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkF
 ../shared/data/coco128 (the COCO dataset class, real augmentation) fed by core.data.prefetch
 exactly as train.py feeds it, one process, the
 config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
-of wall time spent waiting for the next batch, peak GPU memory (a row that runs out of memory
-says so and the next row runs). Then, for the fastest mode, one
+of wall time spent waiting for the next batch, peak GPU memory of the row's own network,
+optimizer and activations (a row that runs out of memory says so and the next row runs). Then, for the fastest mode, one
 batch's step split into host-to-device copy, target rendering + image normalisation, forward +
 loss, backward and optimizer step (each timed with the device synchronised), which says what
 limits the trainer when data wait is near zero.
@@ -31,7 +31,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench._coco128 import COCO128, coco128_run
+from bench._coco128 import COCO128, MISSING, coco128_run
 from core.config import load_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
@@ -75,11 +75,14 @@ def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> d
     sample = data_sampling_func[system_config.sampling_function]
     probe = probe_batch(system_config, db, sample, share)
     configure(device, system_config.deterministic, fixed_sizes=True)
+    base = 0
+    if device.type == "cuda":  # this row's own peak: less what earlier rows still hold
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
     torch.manual_seed(0)
     nnet = NetworkFactory(system_config, db, device=device, share=share)
     nnet.train_mode()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
     with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
                     data_aug=True, stream="train", device=device) as data:
         for _ in range(args.warmup):
@@ -94,7 +97,8 @@ def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> d
         sync(device)
         wall = time.perf_counter() - start
         last = batch
-    peak = torch.cuda.max_memory_allocated(device) / 2 ** 30 if device.type == "cuda" else 0.0
+    peak = (torch.cuda.max_memory_allocated(device) - base) / 2 ** 30 \
+        if device.type == "cuda" else 0.0
     return {"images/s": args.iters * args.batch / wall, "wait": waited / wall, "peak": peak,
             "nnet": nnet, "batch": last}
 
@@ -151,7 +155,7 @@ def main() -> None:
         args.input_size, args.batch, args.iters, args.warmup = 127, 2, 3, 1
         args.workers = [w for w in args.workers if w <= 2]
     if not COCO128.is_dir():
-        sys.exit(f"coco128 not found at {COCO128}")
+        sys.exit(MISSING)
     device = resolve_device(args.device)
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "none"
     print(f"device {device} ({gpu}), torch {torch.__version__}, {torch.get_num_threads()} "
@@ -174,10 +178,10 @@ def main() -> None:
                     continue
                 print(f"{name:18s} {mode:16s} {workers:7d} {row['images/s']:9.1f} "
                       f"{100 * row['wait']:8.1f}% {row['peak']:8.2f}", flush=True)
-                if best is None or row["images/s"] > best[1]["images/s"]:
-                    best = (mode, row)
-                else:
-                    del row
+                if not args.no_breakdown and (best is None
+                                              or row["images/s"] > best[1]["images/s"]):
+                    best = (mode, row)  # its network is kept for the breakdown
+                del row
         if best is None or args.no_breakdown:
             continue
         mode, row = best

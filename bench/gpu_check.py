@@ -1,105 +1,98 @@
-"""The first run on a GPU, in one command (under 10 minutes on one GPU):
+"""The first run on a GPU, in one command that keeps every figure even when it is cut short:
 
-    python bench/gpu_check.py [--quick]
+    python bench/gpu_check.py --budget 420 --log $OUT/gpu_check.log
 
-1. the CUDA tests (tests/test_cuda.py, tests/test_device.py);
-2. 20 iterations of train.py for each shipped config on one GPU, and on two when there are two
-   (CornerNet, CornerNet_Squeeze, CornerNet_Saccade on coco128 with their shipped batch and
-   chunks; CornerNet_Tiny on its generated shapes);
-3. system.deterministic: two runs give the same losses, and a resumed run the losses of the
-   uninterrupted one;
-4. test.py and demo.py with each 20-iteration snapshot on a few coco128 images;
-5. train.py --dry-run;
-6. one bench/bench_train.py row per config and mode (fp32, bf16, bf16+cl, fp32+det);
-then a table: step, status, seconds, what it measured (images/s, data wait, peak memory).
-A machine without a usable GPU is one line, exit status 2, at once. Exit status 1 when a step
-failed (its output's last lines are printed), 0 when all passed.
+Steps, most valuable first (`--list` shows them, `--only`/`--skip` pick): the CUDA tests; 20
+iterations of train.py for CornerNet_Squeeze; its bench_train rows in bf16+channels_last and fp32
+(30 timed iterations after warm-up); test.py and demo.py with its snapshot; the same training for
+CornerNet_Tiny (generated shapes), CornerNet_Saccade and CornerNet; system.deterministic (two
+runs and a resume give equal losses); the other configs' test.py, demo.py and bench rows;
+`train.py --dry-run`; two-GPU training when there are two GPUs.
+
+Each row is printed and appended to `--log` the moment its step ends; with `--budget` a step
+that cannot finish in the time left is "not run (budget)" and the table is out before the
+deadline; the last line names the command that runs the rest. Data: `--data DIR` (or
+CORNERNET_DATA), else ../shared, else ./shared (bench/gpu_prep.sh fills it); without coco128 the
+training rows use generated shapes. Without a COCO evaluator the test.py rows say "not scored".
+Exit status: 2 without a usable GPU (one line), 1 when a step failed, else 0.
+`--rehearse` runs all this on the CPU in a copy of the repository (bench/_rehearsal.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
-import re
+import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-COCO128 = REPO.parent / "shared" / "data" / "coco128"
+sys.path.insert(0, str(REPO))
+
+from bench import _shared
+from bench._plan import GROUPS, Context, plan_order
+from bench._steps import Steps
+
 CONFIGS = ("CornerNet_Tiny", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet")
-# bench_train's per-process batch for each config: large enough to load the GPU, small enough
-# for fp32 on a 40 GB card.
-BENCH_BATCH = {"CornerNet_Tiny": 32, "CornerNet_Squeeze": 16, "CornerNet_Saccade": 24,
-               "CornerNet": 8}
-MODES = ("fp32", "bf16", "bf16+cl", "fp32+det")
 
 
-def require_gpu() -> str:
-    """A line naming the GPUs; exits 2 with one line where torch sees none."""
+def header_lines(device: str) -> list[str]:
+    """nvidia-smi -L, the torch/CUDA/cuDNN versions, df -h /dev/shm: what the machine is."""
+    import torch
+    lines = []
+    try:
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20,
+                             check=False)
+        lines += [f"nvidia-smi -L: {line}" for line in (smi.stdout + smi.stderr).splitlines()
+                  if line.strip()] or ["nvidia-smi -L: (no output)"]
+    except (OSError, subprocess.SubprocessError) as err:
+        lines.append(f"nvidia-smi -L: not run ({err})")
+    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
+        if torch.cuda.is_available() else []
+    lines.append(f"torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN "
+                 f"{torch.backends.cudnn.version()}, Python {sys.version.split()[0]}, "
+                 f"{os.cpu_count()} CPUs, GPUs: {', '.join(gpus) or 'none'}; steps on {device}")
+    try:
+        df = subprocess.run(["df", "-h", "/dev/shm"], capture_output=True, text=True,
+                            timeout=20, check=False)
+        lines += [f"df -h /dev/shm: {line}" for line in df.stdout.splitlines()[-1:]] or \
+            [f"df -h /dev/shm: {df.stderr.strip()}"]
+    except (OSError, subprocess.SubprocessError) as err:
+        lines.append(f"df -h /dev/shm: not run ({err})")
+    return lines
+
+
+def require_gpu() -> None:
+    """Exits 2 with one line where torch sees no GPU."""
     import torch
     if not torch.cuda.is_available():
         build = "a CPU-only build" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
         print(f"error: gpu_check needs a CUDA GPU; torch {torch.__version__} ({build}) sees none. "
-              f"Run it on a machine with a GPU and a CUDA build of torch.", file=sys.stderr)
+              f"Run it on a machine with a GPU and a CUDA build of torch (or --rehearse here).",
+              file=sys.stderr)
         sys.exit(2)
-    names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return (f"{len(names)} x {names[0]}" + (f" (+ {', '.join(names[1:])})" if len(set(names)) > 1
-                                            else "")
-            + f", torch {torch.__version__}, CUDA {torch.version.cuda}, "
-              f"cuDNN {torch.backends.cudnn.version()}")
 
 
-class Steps:
-    """Runs commands, keeps one table row per step."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, float, str]] = []
-
-    def run(self, name: str, cmd: list, timeout: float, measure=None,
-            env: dict | None = None) -> str | None:
-        """Run `cmd`; the row's detail is measure(output) (or the last line). Returns the output
-        when it succeeded."""
-        t0 = time.monotonic()
-        print(f"--- {name}: {' '.join(map(str, cmd))}", flush=True)
+def evaluator() -> str:
+    """The COCO evaluator test.py can use here: "faster", "pycocotools" or "none"."""
+    for backend, module in (("faster", "faster_coco_eval"), ("pycocotools", "pycocotools.coco")):
         try:
-            done = subprocess.run(list(map(str, cmd)), cwd=REPO, capture_output=True, text=True,
-                                  timeout=timeout, env={**os.environ, **(env or {})},
-                                  check=False)
-            output, ok = done.stdout + done.stderr, done.returncode == 0
-            status = "ok" if ok else f"FAIL ({done.returncode})"
-        except subprocess.TimeoutExpired as err:
-            output = (err.stdout or b"").decode(errors="replace") if isinstance(
-                err.stdout, bytes) else (err.stdout or "")
-            ok, status = False, f"FAIL (over {timeout:.0f} s)"
-        seconds = time.monotonic() - t0
-        lines = [line for line in output.splitlines() if line.strip()]
-        detail = (measure(output) if ok and measure else None) or (lines[-1] if lines else "")
-        if not ok:
-            print("\n".join(lines[-25:]), flush=True)
-        self.rows.append((name, status, seconds, detail[:90]))
-        return output if ok else None
-
-    def note(self, name: str, status: str, detail: str) -> None:
-        self.rows.append((name, status, 0.0, detail))
-
-    def table(self, header: str) -> str:
-        width = max(len(row[0]) for row in self.rows)
-        lines = [header, f"{'step':{width}s}  {'status':14s} {'seconds':>7s}  detail"]
-        lines += [f"{n:{width}s}  {s:14s} {t:7.0f}  {d}" for n, s, t, d in self.rows]
-        return "\n".join(lines)
-
-    @property
-    def failed(self) -> bool:
-        return any(row[1].startswith("FAIL") for row in self.rows)
+            __import__(module)
+            return backend
+        except ImportError:
+            continue
+    return "none"
 
 
-def write_configs(root: Path, coco128: Path, **system) -> Path:
+def write_configs(root: Path, coco128: Path | None, tiny: bool = False, **system) -> Path:
     """The shipped configs for 20 iterations (unless `system` says otherwise), their data on
-    coco128 (Tiny: generated shapes), every path under `root`."""
+    coco128 (Tiny, and every config when `coco128` is None: generated shapes), every path under
+    `root`. `tiny`: CPU sizes for a rehearsal (batch 2 in one chunk, 2 iterations; the
+    single-scale configs run the CornerNet_Tiny network at 128 pixels)."""
     folder = root / "configs"
     folder.mkdir(parents=True, exist_ok=True)
     for name in CONFIGS:
@@ -107,9 +100,18 @@ def write_configs(root: Path, coco128: Path, **system) -> Path:
         config["system"].update({
             "max_iter": 20, "snapshot": 20, "display": 5, "val_iter": 10, "eval_iter": 0,
             "stepsize": 1000, "cache_dir": str(root / "cache"),
-            "result_dir": str(root / "results"), "data_dir": str(root / "data"), **system})
-        if name == "CornerNet_Tiny":
-            config["db"].update(num_train_images=256, num_val_images=32)
+            "result_dir": str(root / "results"), "data_dir": str(root / "data")})
+        if tiny:
+            config["system"].update(batch_size=2, chunk_sizes=None, max_iter=2, snapshot=2,
+                                    display=1, val_iter=0, prefetch_size=2)
+            if config["system"]["sampling_function"] == "cornernet":
+                config["system"]["model"] = "CornerNet_Tiny"
+                config["db"].update(input_size=[128, 128], output_sizes=[[32, 32]])
+        config["system"].update(system)
+        if name == "CornerNet_Tiny" or coco128 is None:
+            config["system"].update(dataset="Shapes", train_split="train", val_split="val",
+                                    test_split="val")
+            config["db"].update(categories=4, num_train_images=256, num_val_images=32)
         else:
             config["system"].update(train_split="train", val_split="val", test_split="val")
             config["db"].update(
@@ -121,114 +123,139 @@ def write_configs(root: Path, coco128: Path, **system) -> Path:
     return folder
 
 
-def training_figures(output: str) -> str:
-    """images/s and data wait of the last display line, and the done line's overall wait."""
-    shown = re.findall(r"([\d.]+) images/s, waiting for data ([\d.]+%)", output)
-    done = re.search(r"waiting for data ([\d.]+%) of the time", output)
-    if not shown:
-        return done.group(0) if done else ""
-    speed, wait = shown[-1]
-    return f"{speed} images/s, data wait {wait} (whole run {done.group(1) if done else '?'})"
+def fit_workers(config_dir: Path, name: str, workers: int) -> int:
+    """The most prefetch workers, up to `workers`, whose rings fit the free /dev/shm (train.py
+    refuses a run that does not fit; a small /dev/shm costs workers, not the row)."""
+    from core.config import load_config
+    from core.data.ring import shm_need
+    from core.utils.files import disk_free
+    if not Path("/dev/shm").is_dir():
+        return workers
+    free = disk_free(Path("/dev/shm"))
+    system_config, db_config = load_config(name, config_dir)
+    for count in range(workers, 0, -1):
+        if shm_need(system_config, db_config, count) <= 0.9 * free:
+            return count
+    return 1
 
 
-def peak_memory(cache: Path, name: str) -> str:
-    path = cache / "nnet" / name / "metrics.jsonl"
-    if not path.is_file():
-        return ""
-    peaks = [json.loads(line).get("gpu_mem_gib") for line in path.read_text().splitlines()
-             if line.strip()]
-    peaks = [p for p in peaks if p is not None]
-    return f", peak {max(peaks):.1f} GiB" if peaks else ""
+def select(only: list[str], skip: list[str], gpus: int) -> list[str]:
+    """Group keys to run, in plan order: `--only` patterns (and what they need), less `--skip`."""
+    keys = plan_order(gpus)
+    for pattern in only + skip:
+        if not any(fnmatch.fnmatch(key, pattern) for key in GROUPS):
+            raise ValueError(f"no step group matches {pattern!r}; valid: "
+                             f"{', '.join(GROUPS)}")
+    chosen = [k for k in keys if not only or any(fnmatch.fnmatch(k, p) for p in only)]
+    for key in list(chosen):
+        chosen += [need for need in GROUPS[key].needs if need not in chosen]
+    chosen = [k for k in keys if k in chosen and not any(fnmatch.fnmatch(k, p) for p in skip)]
+    return chosen
 
 
-def losses(output: str) -> dict[int, str]:
-    return {int(it): loss for it, loss in re.findall(r"iteration (\d+): loss (\S+) ", output)}
-
-
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                        help="the table is out within this many seconds of the start; a step "
+                             "that cannot finish in the time left is not run")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="append each row to this file the moment its step ends")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="a folder laid out like shared/ (data/coco128) or coco128 itself "
+                             f"(default: ${_shared.ENV}, ../shared, ./shared)")
+    parser.add_argument("--only", nargs="+", default=[], metavar="GROUP",
+                        help="run these step groups (shell patterns; --list names them)")
+    parser.add_argument("--skip", nargs="+", default=[], metavar="GROUP")
+    parser.add_argument("--list", action="store_true", help="print the step groups and stop")
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                        help="prefetch processes per training process")
-    parser.add_argument("--quick", action="store_true", help="leave out the benchmark rows")
-    args = parser.parse_args()
-    header = require_gpu()
-    if not (COCO128 / "annotations" / "instances_coco128_train.json").is_file():
-        print(f"error: coco128 not found at {COCO128}: put shared/data/coco128 beside the "
-              f"repository, as the tests expect", file=sys.stderr)
-        return 2
+                        help="prefetch processes per training process (fewer where /dev/shm "
+                             "is too small)")
+    parser.add_argument("--scratch", type=Path, default=None,
+                        help="folder for configs, snapshots and step outputs (default: new)")
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: the same steps at CPU sizes (what --rehearse runs)")
+    parser.add_argument("--rehearse", action="store_true",
+                        help="run the check on this CPU in a copy of the repository with no "
+                             "../shared and no COCO evaluator, and check what it wrote")
+    args = parser.parse_args(argv)
+    if args.budget is not None and args.budget <= 0:
+        parser.error(f"--budget must be positive, got {args.budget}")
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.rehearse:
+        from bench._rehearsal import rehearse
+        return rehearse(REPO)
+    if args.data is not None:
+        if not args.data.is_dir():
+            print(f"error: --data {args.data}: no such folder", file=sys.stderr)
+            return 2
+        os.environ[_shared.ENV] = str(args.data.resolve())  # the steps' tests and benches too
     import torch
-    gpus = torch.cuda.device_count()
-    print(header, flush=True)
-    steps, py = Steps(), sys.executable
-    root = Path(tempfile.mkdtemp(prefix="gpu_check-"))
-    configs = write_configs(root, COCO128)
-    cache = root / "cache"
-    train = [py, "train.py", "--config-dir", configs, "--workers", args.workers]
-
-    steps.run("CUDA tests", [py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                             "tests/test_cuda.py", "tests/test_device.py"], timeout=300,
-              measure=lambda out: out.strip().splitlines()[-1].strip("= "))
-    for name in CONFIGS:
-        steps.run(f"train {name}, 1 GPU", [*train, name, "--device", "cuda"], timeout=240,
-                  measure=lambda out, name=name: training_figures(out)
-                  + peak_memory(cache, name))
-    if gpus >= 2:
-        two = write_configs(root / "two", COCO128)
-        for name in CONFIGS:
-            steps.run(f"train {name}, 2 GPUs",
-                      [py, "train.py", name, "--config-dir", two, "--workers", args.workers,
-                       "--distributed", "--world-size", 1, "--procs-per-node", 2],
-                      timeout=240, measure=training_figures)
-
-    det = write_configs(root / "det", COCO128, deterministic=True, max_iter=6, snapshot=3,
-                        display=1, val_iter=0)
-    runs = [steps.run(f"deterministic CornerNet_Squeeze, run {i}",
-                      [py, "train.py", "CornerNet_Squeeze", "--config-dir", det, "--workers",
-                       args.workers, "--device", "cuda"], timeout=240,
-                      measure=training_figures) for i in (1, 2)]
-    resumed = steps.run("deterministic CornerNet_Squeeze, --iter 3",
-                        [py, "train.py", "CornerNet_Squeeze", "--config-dir", det, "--workers",
-                         args.workers, "--device", "cuda", "--iter", 3], timeout=240)
-    if all(runs) and resumed:
-        first, second, third = losses(runs[0]), losses(runs[1]), losses(resumed)
-        equal = first == second and bool(first)
-        steps.note("deterministic: two runs equal", "ok" if equal else "FAIL",
-                   f"losses of iterations {sorted(first)}: {'equal' if equal else 'DIFFER'}")
-        later = {it: loss for it, loss in first.items() if it > 3}
-        same = later == {it: third.get(it) for it in later} and bool(later)
-        steps.note("deterministic: resume exact", "ok" if same else "FAIL",
-                   f"losses after iteration 3: {'equal' if same else 'DIFFER'}")
-
-    images = sorted((COCO128 / "images").iterdir())[:4]
-    for name in CONFIGS[1:]:
-        steps.run(f"test.py {name}, 8 images",
-                  [py, "test.py", name, "--testiter", 20, "--config-dir", configs, "--images",
-                   8, "--device", "cuda", "--no-resume"], timeout=180,
-                  measure=lambda out: next((line for line in out.splitlines()
-                                            if " images in " in line), ""))
-        steps.run(f"demo.py {name}, 4 images",
-                  [py, "demo.py", name, "--testiter", 20, "--config-dir", configs, "--images",
-                   *images, "--out", root / "demo" / name, "--thresh", 0.3], timeout=120)
-    steps.run("train.py --dry-run 20, CornerNet", [*train, "CornerNet", "--dry-run", 20],
-              timeout=180, measure=lambda out: " ".join(out.split())[-90:])
-
-    if not args.quick:
-        for name in CONFIGS:
-            output = steps.run(
-                f"bench_train {name}", [py, "bench/bench_train.py", "--configs", name,
-                                        "--modes", *MODES, "--workers", args.workers,
-                                        "--batch", BENCH_BATCH[name], "--iters", 8,
-                                        "--warmup", 2, "--no-breakdown"], timeout=300,
-                measure=lambda out: "see rows below")
-            for line in (output or "").splitlines():
-                if line.startswith(name) and any(f" {mode} " in line for mode in MODES):
-                    parts = line.split()
-                    steps.note(f"  {parts[0]} {parts[1]} batch {BENCH_BATCH[name]}",
-                               "out of memory" if "out of memory" in line else "ok",
-                               " ".join(parts[2:]) if "out of memory" in line else
-                               f"{parts[3]} images/s, data wait {parts[4]}, peak {parts[5]} GiB")
-    print(steps.table(header))
-    print(f"(scratch files in {root})")
+    gpus = torch.cuda.device_count() if args.device == "cuda" else 0
+    try:
+        keys = select(args.only, args.skip, gpus)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.list:
+        for key in plan_order(gpus):
+            group = GROUPS[key]
+            print(f"{key:22s} ~{group.need(args.device == 'cpu'):4.0f} s  {group.about}")
+        return 0
+    if args.device == "cuda":
+        require_gpu()
+    scratch = args.scratch or Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    steps = Steps(scratch, args.budget, args.log)
+    coco128 = _shared.coco128_dir()
+    backend = evaluator()
+    header = header_lines(args.device)
+    header.append(f"coco128: {coco128}" if coco128 else
+                  f"coco128: not found (looked in {_shared.looked_in()}): training and test rows "
+                  f"use generated shapes, bench rows are not run")
+    header.append(f"COCO evaluator: {backend}" + (
+        " (test.py rows are not scored)" if backend == "none" else ""))
+    header.append(f"budget: {args.budget or 'none'} s; groups: {' '.join(keys)}; scratch "
+                  f"{scratch}")
+    for line in header:
+        steps.say(line)
+    tiny = args.device == "cpu"
+    ctx = Context(steps=steps, py=sys.executable, device=args.device, root=scratch,
+                  coco128=coco128, backend=backend, gpus=gpus, tiny=tiny,
+                  configs=write_configs(scratch, coco128, tiny=tiny),
+                  workers={name: fit_workers(scratch / "configs", name, args.workers)
+                           for name in CONFIGS},
+                  write_configs=write_configs)
+    if any(w < args.workers for w in ctx.workers.values()):
+        steps.say(f"/dev/shm holds fewer prefetch workers than --workers {args.workers}: "
+                  + ", ".join(f"{name} {w}" for name, w in ctx.workers.items()))
+    done = set()  # groups that ran to their end (passed or failed), for "the rest" line
+    for key in keys:
+        missing = [need for need in GROUPS[key].needs if need not in ctx.succeeded]
+        if missing:
+            steps.add(key, "not run", 0.0, f"needs {', '.join(missing)}, which did not succeed")
+            continue
+        first = len(steps.rows)
+        GROUPS[key].run(ctx)
+        statuses = [row.status for row in steps.rows[first:]]
+        if not any(status.endswith("(budget)") for status in statuses):
+            done.add(key)
+        if statuses and all(status == "ok" for status in statuses):
+            ctx.succeeded.add(key)
+    print()
+    steps.say(steps.table(header))
+    rest = [key for key in keys if key not in done]
+    if rest:
+        steps.say("the rest: python bench/gpu_check.py --only " + " ".join(rest)
+                  + (f" --data {args.data}" if args.data else "")
+                  + (f" --budget {args.budget:.0f}" if args.budget else ""))
+    if args.scratch is None and not steps.failed:
+        shutil.rmtree(scratch, ignore_errors=True)
     return 1 if steps.failed else 0
 
 

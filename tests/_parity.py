@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-REFERENCE = SHARED / "reference"
+from bench._shared import reference_dir
+
+# As the `reference` fixture finds it (CORNERNET_DATA, ../shared, ./shared).
+REFERENCE = reference_dir() or Path(__file__).resolve().parents[2] / "shared" / "reference"
 
 
 def load_reference(name: str) -> dict | list:

@@ -1,31 +1,32 @@
-"""Shared fixtures: the real data in ../shared, and a small thread budget for CPU tests."""
-
-from pathlib import Path
+"""Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
+finds it), and a small thread budget for CPU tests."""
 
 import pytest
 import torch
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-COCO128 = SHARED / "data" / "coco128"
-REFERENCE = SHARED / "reference"
+from bench._shared import coco128_dir, looked_in, reference_dir
+
+COCO128 = coco128_dir()
+REFERENCE = reference_dir()
 
 torch.set_num_threads(2)
 
 
 @pytest.fixture(scope="session")
-def coco128() -> Path:
-    """The 128 real COCO images with their annotations; tests skip when ../shared is absent."""
-    if not (COCO128 / "annotations" / "instances_coco128.json").is_file():
-        pytest.skip(f"real data not found at {COCO128} (../shared beside the repository)")
+def coco128():
+    """The 128 real COCO images with their annotations; tests skip when none is found."""
+    if COCO128 is None:
+        pytest.skip(f"real data not found; looked in {looked_in()} (set CORNERNET_DATA, or run "
+                    "bench/gpu_prep.sh)")
     return COCO128
 
 
 @pytest.fixture(scope="session")
-def reference() -> Path:
-    """Parity vectors from the original code; tests skip when ../shared is absent."""
-    if not (REFERENCE / "README.md").is_file():
-        pytest.skip(f"parity references not found at {REFERENCE} (../shared beside the repository)")
+def reference():
+    """Parity vectors from the original code; tests skip when none are found."""
+    if REFERENCE is None:
+        pytest.skip(f"parity references not found; looked in {looked_in()}")
     return REFERENCE
 
 

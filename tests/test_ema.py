@@ -113,3 +113,33 @@ def test_a_snapshot_without_an_average_starts_it_at_its_weights(tmp_path, db):
     assert nnet.ema.steps == 0 and nnet.evaluated_weights == "raw"
     for key, value in plain.model.state_dict().items():
         assert torch.equal(nnet.ema.module.state_dict()[key], value), key
+
+
+def test_an_update_is_device_work_only_no_copy_between_devices_nor_a_read_to_the_host():
+    """On a GPU a tensor copied in from the CPU, or a value read back, makes the host wait for
+    the device at every step. The model here lives on the meta device: every op the update
+    dispatches is recorded with the devices it touches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from core.nnet.ema import WeightAverage
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs, out))
+                       if isinstance(t, torch.Tensor)]
+            self.seen.append((str(func), {t.device.type for t in tensors}))
+            return out
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4)).to("meta")
+    average = WeightAverage(model, decay=0.9, warmup=10)
+    with Record() as record:
+        average.update(model)
+    assert average.steps == 1 and int(average.state_dict()["n_averaged"]) == 2
+    device_ops = [(op, devices) for op, devices in record.seen if devices != {"cpu"}]
+    assert device_ops and all(devices == {"meta"} for _, devices in device_ops), record.seen
+    assert not any("_local_scalar_dense" in op for op, _ in record.seen), record.seen

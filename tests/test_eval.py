@@ -110,6 +110,20 @@ def test_an_unreadable_image_is_a_counted_miss(coco128, tmp_path):
     assert saved["unreadable_images"] == ["cannot read image x.jpg: truncated"]
 
 
+def test_backend_none_writes_the_results_and_scores_nothing(coco128, tmp_path, capsys,
+                                                           monkeypatch):
+    """test.py --backend none: where no evaluator is installed (a GPU machine without
+    network), the detections are still written, and the run says they are not scored."""
+    from core.inference import coco_eval
+    monkeypatch.setattr(coco_eval, "_backend", lambda name: pytest.fail("evaluator imported"))
+    db = coco_db(coco128, tmp_path)
+    assert score(db, perfect_predictions(db), tmp_path / "out", backend="none") is None
+    assert "not scored: --backend none" in capsys.readouterr().out
+    assert len(json.loads((tmp_path / "out" / "results.json").read_text())) == sum(
+        len(db.detections(ind)) for ind in db.db_inds)
+    assert not (tmp_path / "out" / "metrics.json").exists()
+
+
 def test_split_without_annotations_writes_results_only(coco128, tmp_path, capsys):
     content = json.loads((coco128 / "annotations" / "instances_coco128_val.json").read_text())
     del content["annotations"]

@@ -1,14 +1,21 @@
-"""bench/gpu_check.py: one line and exit 2 without a GPU; its configs load and read coco128."""
+"""bench/gpu_check.py without a GPU: one line and exit 2; its data discovery, configs, step
+selection, budget and streaming log; the CPU rehearsal of the whole run; bench/gpu_prep.sh."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
+import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
-from bench.gpu_check import CONFIGS, REPO, write_configs
+from bench import _shared
+from bench._plan import Context, bench
+from bench._steps import Steps
+from bench.gpu_check import CONFIGS, REPO, select, write_configs
 from core.config import load_config
 from core.dbs import datasets
 
@@ -35,3 +42,145 @@ def test_its_configs_are_the_shipped_ones_for_20_iterations_on_coco128(tmp_path,
             db = datasets["COCO"](db_config, split=system_config.train_split,
                                   sys_config=system_config)
             assert len(db.db_inds) > 50
+
+
+def test_without_coco128_every_config_trains_on_generated_shapes(tmp_path):
+    folder = write_configs(tmp_path, None)
+    for name in CONFIGS:
+        system_config, db_config = load_config(name, folder)
+        assert system_config.dataset == "Shapes" and db_config["categories"] == 4
+        assert system_config.batch_size == load_config(name)[0].batch_size
+
+
+def make_shared(root: Path) -> Path:
+    coco = root / "data" / "coco128"
+    (coco / "annotations").mkdir(parents=True)
+    (coco / "annotations" / "instances_coco128.json").write_text("{}")
+    return coco
+
+
+def test_data_is_found_in_the_variable_then_beside_then_inside_the_checkout(tmp_path,
+                                                                           monkeypatch):
+    checkout = tmp_path / "checkout"
+    monkeypatch.setattr(_shared, "REPO", checkout)
+    monkeypatch.delenv(_shared.ENV, raising=False)
+    assert _shared.coco128_dir() is None
+    inside = make_shared(checkout / "shared")
+    assert _shared.coco128_dir() == inside  # ./shared: what travels to a GPU machine
+    beside = make_shared(tmp_path / "shared")
+    assert _shared.coco128_dir() == beside  # ../shared first
+    named = make_shared(tmp_path / "elsewhere")
+    monkeypatch.setenv(_shared.ENV, str(tmp_path / "elsewhere"))
+    assert _shared.coco128_dir() == named
+    monkeypatch.setenv(_shared.ENV, str(named))  # the coco128 folder itself
+    assert _shared.coco128_dir() == named
+    monkeypatch.setenv(_shared.ENV, str(tmp_path / "missing"))  # said, not passed over
+    assert _shared.coco128_dir() is None
+    assert str(tmp_path / "missing") in _shared.looked_in()
+
+
+def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
+    assert select(["test-squeeze"], [], gpus=1) == ["train-squeeze", "test-squeeze"]
+    assert select(["bench-*"], ["bench-cornernet"], gpus=1) == [
+        "bench-squeeze", "bench-squeeze-more", "bench-tiny", "bench-saccade"]
+    everything = select([], [], gpus=1)
+    assert everything[:4] == ["cuda-tests", "train-squeeze", "bench-squeeze", "test-squeeze"]
+    assert "train-2gpu" not in everything and "train-2gpu" in select([], [], gpus=2)
+    with pytest.raises(ValueError, match="no step group matches 'trian-\\*'"):
+        select(["trian-*"], [], gpus=1)
+
+
+def test_a_budget_cuts_a_long_step_refuses_the_rest_and_every_row_is_logged_as_it_ends(
+        tmp_path):
+    log = tmp_path / "out" / "check.log"
+    steps = Steps(tmp_path, budget=6.0, log=log, reserve=1.0)
+    t0 = time.monotonic()
+    assert steps.run("quick", [sys.executable, "-c", "print('fine')"], timeout=60, need=0.5)
+    assert log.read_text().splitlines()[-1] == "| quick | ok | 0 | fine |"  # before the next
+    long = ("import sys, time; print('partial figure', file=sys.stderr, flush=True); "
+            "time.sleep(60)")
+    assert steps.run("long", [sys.executable, "-c", long], timeout=60, need=1.0) is None
+    assert steps.run("later", [sys.executable, "-c", "pass"], timeout=60, need=1.0) is None
+    steps.say(steps.table(["header"]))
+    seconds = time.monotonic() - t0
+    assert seconds < 6.0  # the table is out before the deadline
+    text = log.read_text()
+    assert "| long | cut (budget) |" in text
+    assert "    partial figure" in text  # a cut step's stderr is kept
+    assert "| later | not run (budget) | 0 | expects about 1 s" in text
+    assert [row.status for row in steps.rows] == ["ok", "cut (budget)", "not run (budget)"]
+    assert not steps.failed
+
+
+def test_a_failed_step_keeps_its_stderr_and_fails_the_run(tmp_path):
+    steps = Steps(tmp_path, log=tmp_path / "check.log")
+    code = "import sys; print('why it broke', file=sys.stderr); sys.exit(3)"
+    assert steps.run("broken", [sys.executable, "-c", code], timeout=60, need=0) is None
+    assert steps.rows[0].status == "FAIL (3)" and steps.failed
+    assert "why it broke" in (tmp_path / "check.log").read_text()
+
+
+class CannedSteps(Steps):
+    """Answers a step with bench_train's own row format instead of running it."""
+
+    def run(self, name, cmd, timeout, need, measure=None, env=None):
+        self.cmd = [str(part) for part in cmd]
+        self.add(name, "ok", 1.0, measure("") if measure else "")
+        return ("device cuda:0 (H100), ...\n"
+                "config             mode             workers  images/s data wait peak GiB\n"
+                f"{'CornerNet_Squeeze':18s} {'bf16+cl':16s} {8:7d} {412.5:9.1f} "
+                f"{1.2:8.1f}% {9.87:8.2f}\n"
+                f"{'CornerNet_Squeeze':18s} {'fp32':16s} {8:7d} out of memory at batch 16\n")
+
+
+def test_bench_rows_become_table_rows_from_30_timed_iterations(tmp_path, coco128):
+    steps = CannedSteps(tmp_path)
+    ctx = Context(steps=steps, py="python", device="cuda", root=tmp_path, coco128=coco128,
+                  backend="faster", gpus=1, tiny=False, configs=tmp_path,
+                  workers=dict.fromkeys(CONFIGS, 8), write_configs=write_configs)
+    bench("CornerNet_Squeeze", ("bf16+cl", "fp32"))(ctx)
+    assert steps.cmd[steps.cmd.index("--iters") + 1] == "30"
+    assert [row[:2] for row in steps.rows[1:]] == [
+        ("  CornerNet_Squeeze bf16+cl, batch 16", "ok"),
+        ("  CornerNet_Squeeze fp32, batch 16", "out of memory")]
+    assert steps.rows[1].detail == "412.5 images/s, data wait 1.2%, peak 9.87 GiB (8 workers)"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128):
+    """The whole run at CPU sizes under a budget shorter than its plan (bench/_rehearsal.py
+    checks the log, the rows, the budget and 'not scored'); under 2 minutes."""
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse"], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    seconds = time.monotonic() - t0
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "rehearsal passed" in done.stdout
+    assert seconds < 120, f"the rehearsal took {seconds:.0f} s"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_path, coco128):
+    dest = tmp_path / "shared"
+    done = subprocess.run(["bash", str(REPO / "bench" / "gpu_prep.sh"), str(dest)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    copied = dest / "data" / "coco128"
+    assert len(list((copied / "images").iterdir())) == len(list((coco128 / "images").iterdir()))
+    for split in ("", "_train", "_val"):
+        name = f"instances_coco128{split}.json"
+        assert (copied / "annotations" / name).read_bytes() == \
+            (coco128 / "annotations" / name).read_bytes()
+    size = sum(path.stat().st_size for path in dest.rglob("*") if path.is_file())
+    assert size < 64 * 2 ** 20
+    assert 'carry=["shared"]' in done.stdout
+    assert "bench/gpu_check.py --budget 450 --log $OUT/gpu_check.log" in done.stdout
+    wheels = sorted(path.name for path in (dest / "wheels").glob("*.whl"))
+    if "wheels: not downloaded" in done.stdout:  # no network: the data part is what was checked
+        warnings.warn("gpu_prep.sh could not download the evaluator wheels here; only the "
+                      "coco128 part and the command were checked", stacklevel=1)
+    else:
+        assert [name.split("-")[0] for name in wheels] == ["faster_coco_eval", "pycocotools"]
+        assert all("cp312" in name and "manylinux" in name for name in wheels)

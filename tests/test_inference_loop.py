@@ -131,3 +131,28 @@ def test_saccade_runs_through_the_same_loop():
         for cls, boxes in expected.items():
             np.testing.assert_array_equal(run.detections[db.image_id(ind)][cls], boxes)
     assert len(run.detections[100][1]) >= 1
+
+
+def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
+    """`torch.cuda.synchronize()` without a device waits for the current GPU, which need not be
+    the network's (a second GPU, `--device cuda:1`)."""
+    from types import SimpleNamespace
+
+    from core.inference.loop import _decode_clock
+    from core.inference.timing import StageTimer
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.br_offs = torch.nn.ModuleList([torch.nn.Identity()])
+
+        def forward(self, x):
+            return self.br_offs[-1](x) * 2
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    model = Heads()
+    nnet = SimpleNamespace(model=model, device=torch.device("cuda", 1))
+    with _decode_clock(nnet, StageTimer()):
+        model(torch.ones(1))
+    assert waited == [torch.device("cuda", 1)]

@@ -38,7 +38,7 @@ def submit(cluster, config_dir: Path, out: Path, *options: str) -> int:
         f"--chdir={REPO}", "--ntasks-per-node=2", f"--gpus-per-node={GPUS}",
         "--cpus-per-task=1", f"--output={out}", "--open-mode=append",
         f"--export=ALL,PYTHON={sys.executable},OMP_NUM_THREADS=1", *options, str(TEMPLATE),
-        NAME, "--config-dir", str(config_dir), "--workers", "1")
+        NAME, "--config-dir", str(config_dir), "--workers", "1", "--device", "cpu")
 
 
 def wait_for_line(path: Path, text: str, timeout: float) -> str:
@@ -144,7 +144,8 @@ def test_a_task_count_the_batch_cannot_be_dealt_to_is_one_line_before_training(
     config_dir = write_config(tmp_path, coco128, db=SMALL, **{**SGD, "batch_size": 2})
     result = slurm.cmd("srun", "-n3", "--overcommit", f"--chdir={REPO}", sys.executable,
                        str(REPO / "train.py"), NAME, "--config-dir", str(config_dir),
-                       "--distributed", "--workers", "1", timeout=240, check=False)
+                       "--distributed", "--workers", "1", "--device", "cpu", timeout=240,
+                       check=False)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert result.returncode != 0
     assert len(errors) == 1, result.stderr
@@ -167,7 +168,7 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     folder = tmp_path / "submitit"
     args = submit.parse_args([NAME, "--gpus-per-node", str(GPUS), "--cpus-per-task", "1",
                               "--hours", "0.2", "--folder", str(folder), "--", "--config-dir",
-                              str(config_dir), "--workers", "1"])
+                              str(config_dir), "--workers", "1", "--device", "cpu"])
     job = submit.executor(args).submit(submit.Training(args.cfg, args.train_args))
     log = folder / f"{job.job_id}_0_log.out"
     wait_for_line(log, "iteration 4: loss", timeout=240)

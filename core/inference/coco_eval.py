@@ -142,7 +142,7 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         db: dataset with `cls2coco`, `num_classes`, `annotation_file`, `has_annotations`.
         detections: {image_id: {cls 1..C: (n, 5) [x1, y1, x2, y2, score]}} of the images run.
         out_dir: results/<Cfg>/<iter>/<split>; created if needed.
-        backend: see `evaluate_coco`.
+        backend: see `evaluate_coco`; "none" writes the results file only.
         image_ids: every image evaluated (default: those of `detections` and `unreadable`);
             results are written in this order, and an image without detections (unreadable,
             or nothing found) counts as a miss for each of its objects.
@@ -153,7 +153,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         class_table: print the AP and AP50 of each category (all go to metrics.json).
 
     Returns:
-        The 12 metrics, or None for a split without boxes (test-dev), which is only written.
+        The 12 metrics, or None for a split without boxes (test-dev) or backend "none", which
+        are only written.
     """
     unreadable = dict(unreadable or {})
     if image_ids is None:
@@ -169,6 +170,9 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
     if unreadable:
         print(f"{len(unreadable)} of {len(image_ids)} images could not be read and are scored "
               f"as images without detections: {_first(unreadable.values())}")
+    if backend == "none" and db.has_annotations:
+        print("not scored: --backend none (no COCO evaluator asked for)")
+        return None
     if not db.has_annotations:
         print("evaluation skipped: this split has no boxes (an image-info file); submit "
               f"{result_file.name} to the COCO evaluation server")

@@ -217,7 +217,12 @@ def _decode_clock(nnet: Network, timer: StageTimer) -> Iterator[None]:
     if heads is None:
         yield
         return
-    sync = torch.cuda.synchronize if nnet.device.type == "cuda" else (lambda: None)
+    device = nnet.device
+
+    def sync() -> None:  # the network's GPU, which need not be the current one
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
     marks: dict[str, float] = {}
 
     def heads_done(*_: Any) -> None:

@@ -13,13 +13,20 @@ first step. Buffers (BatchNorm running statistics) are averaged alike; integer b
 (`num_batches_tracked`) take the model's value. Every rank holds the same weights and merged
 buffers after a step, so every rank's average is the same without any communication.
 
-It is `torch.optim.swa_utils.AveragedModel` with our averaging function: the stock EMA function
-of torch has a fixed decay (no warm-up) and rounds integer buffers through a float product.
+The average lives in a `torch.optim.swa_utils.AveragedModel` (its state-dict layout:
+`module.<key>` and `n_averaged`), updated here rather than by its `update_parameters`: torch's
+stock EMA has a fixed decay (no warm-up) and rounds integer buffers through a float product, and
+its update copies the CPU counter `n_averaged` to the GPU at every step, a host synchronisation.
+Ours is one `_foreach_lerp_` per (device, dtype) on the model's device; the counter stays on the
+CPU.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -39,8 +46,7 @@ class WeightAverage:
     def __init__(self, model: nn.Module, decay: float, warmup: int) -> None:
         self.decay, self.warmup = decay, warmup
         self.steps = 0  # optimizer steps averaged so far
-        self._d = decay
-        self.averaged = AveragedModel(model, multi_avg_fn=self._lerp, use_buffers=True)
+        self.averaged = AveragedModel(model, use_buffers=True)
         # Never trained: its weights and buffers change only by averaging.
         self.averaged.eval().requires_grad_(False)
         self.restart(model)
@@ -63,25 +69,37 @@ class WeightAverage:
             return self.decay
         return self.decay * (1.0 - math.exp(-step / self.warmup))
 
-    @torch.no_grad()
-    def _lerp(self, averaged: list[torch.Tensor], current: list[torch.Tensor], _: Any) -> None:
-        if torch.is_floating_point(averaged[0]):
-            torch._foreach_lerp_(averaged, current, 1.0 - self._d)
-        else:
-            torch._foreach_copy_(averaged, current)
+    def _pairs(self, model: nn.Module) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """(averaged, current) for every parameter and buffer, in the module's order."""
+        mine = itertools.chain(self.module.parameters(), self.module.buffers())
+        theirs = itertools.chain(model.parameters(), model.buffers())
+        return ((a, b.detach()) for a, b in zip(mine, theirs))
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
-        """Average in the weights of `model` after an optimizer step."""
+        """Average in the weights of `model` after an optimizer step: device work only, queued
+        without waiting for the device."""
         self.steps += 1
-        self._d = self.decay_at(self.steps)
-        self.averaged.update_parameters(model)
+        weight = 1.0 - self.decay_at(self.steps)
+        floats: dict[tuple, tuple[list, list]] = defaultdict(lambda: ([], []))
+        integers: tuple[list, list] = ([], [])
+        for averaged, current in self._pairs(model):
+            group = floats[averaged.device, averaged.dtype] if averaged.is_floating_point() \
+                else integers
+            group[0].append(averaged)
+            group[1].append(current)
+        for averaged, current in floats.values():
+            torch._foreach_lerp_(averaged, current, weight)
+        if integers[0]:
+            torch._foreach_copy_(*integers)
+        self.averaged.n_averaged += 1  # a CPU tensor: no device work
 
     @torch.no_grad()
     def restart(self, model: nn.Module) -> None:
         """Start the average again at the weights of `model` (no step averaged yet)."""
-        self.averaged.n_averaged.zero_()
-        self.averaged.update_parameters(model)  # n_averaged 0: a copy
+        for averaged, current in self._pairs(model):
+            averaged.copy_(current)
+        self.averaged.n_averaged.fill_(1)
         self.steps = 0
 
     def state_dict(self) -> dict[str, torch.Tensor]:

@@ -11,6 +11,7 @@ forward (`one_forward`).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -35,6 +36,17 @@ def wrap(model: nn.Module, device: torch.device, share: Deal | None,
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
     merge = RunningStatsMerge(model, share) if not single_forward and share is not None else None
     return ddp, merge
+
+
+def casts_once(device_type: str) -> contextlib.AbstractContextManager:
+    """A region around a whole step in which each weight is cast for autocast once.
+
+    Autocast keeps its lower-precision copy of each weight until the outermost autocast region
+    is left, so a forward region per chunk would cast every weight again for each chunk. Inside
+    this region, itself disabled, the chunks' own (enabled) regions share one copy; the targets,
+    the loss and the backward between them run without autocast, as outside any region.
+    """
+    return torch.autocast(device_type, enabled=False)
 
 
 def split_batch(batch: dict[str, torch.Tensor], share: Deal | None) -> list[dict[str, torch.Tensor]]:

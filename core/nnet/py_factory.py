@@ -180,14 +180,15 @@ class NetworkFactory:
             self.scaler.scale(sum(loss for loss, _ in losses) * weight).backward()
         else:
             losses = []
-            for i, chunk in enumerate(chunks):
-                last = i == len(chunks) - 1
-                sync = contextlib.nullcontext() if last or self._ddp is None \
-                    else self._ddp.no_sync()
-                with sync:
-                    loss, terms = self._chunk_loss(chunk)
-                    self.scaler.scale(loss * weight).backward()
-                losses.append((loss.detach(), terms))
+            with parallel.casts_once(self.device.type):
+                for i, chunk in enumerate(chunks):
+                    last = i == len(chunks) - 1
+                    sync = contextlib.nullcontext() if last or self._ddp is None \
+                        else self._ddp.no_sync()
+                    with sync:
+                        loss, terms = self._chunk_loss(chunk)
+                        self.scaler.scale(loss * weight).backward()
+                    losses.append((loss.detach(), terms))
         if self._merge is not None:
             self._merge.finish()
         loss, terms = self._global_mean(losses)
@@ -232,7 +233,8 @@ class NetworkFactory:
         chunks = parallel.split_batch(batch, self.share)
         if self.one_forward:
             return self._global_mean(self._whole_batch_losses(batch, chunks))
-        return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
+        with parallel.casts_once(self.device.type):
+            return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
 
     @property
     def evaluated_weights(self) -> str:

@@ -1,0 +1,244 @@
+"""gpu_check's step groups, most valuable first, each with the time it is expected to take.
+
+A group is one or more commands (rows). Expected seconds are for one H100 and, in brackets, for
+the CPU sizes of a rehearsal; the H100 figures are estimates from the CPU measurements until a
+first GPU run replaces them with its own (bench/README.md). The budget uses them to decide
+whether a command is started at all.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from bench._steps import Steps
+
+# bench_train's per-process batch for each config: large enough to load the GPU, small enough
+# for fp32 on a 40 GB card.
+BENCH_BATCH = {"CornerNet_Tiny": 32, "CornerNet_Squeeze": 16, "CornerNet_Saccade": 24,
+               "CornerNet": 8}
+SHORT = {"CornerNet_Tiny": "tiny", "CornerNet_Squeeze": "squeeze",
+         "CornerNet_Saccade": "saccade", "CornerNet": "cornernet"}
+BENCH_ITERS, BENCH_WARMUP = 30, 5
+
+
+@dataclass
+class Context:
+    """What the groups share: the runner, the machine and the data."""
+
+    steps: Steps
+    py: str
+    device: str  # "cuda", or "cpu" for a rehearsal at CPU sizes
+    root: Path
+    coco128: Path | None
+    backend: str  # test.py --backend: faster, pycocotools or none
+    gpus: int
+    tiny: bool
+    configs: Path
+    workers: dict[str, int]
+    write_configs: Callable[..., Path]
+    succeeded: set[str] = field(default_factory=set)
+
+    def t(self, gpu: float, cpu: float) -> float:
+        """The expected seconds of a command on this run's device."""
+        return cpu if self.tiny else gpu
+
+    def train_cmd(self, name: str, configs: Path | None = None) -> list:
+        return [self.py, "train.py", name, "--config-dir", configs or self.configs,
+                "--workers", self.workers[name], "--device", self.device]
+
+
+@dataclass
+class Group:
+    about: str
+    gpu: float  # expected seconds on one H100 (all its commands)
+    cpu: float  # ... at the CPU sizes of a rehearsal
+    run: Callable[[Context], None]
+    needs: tuple[str, ...] = ()
+
+    def need(self, cpu: bool) -> float:
+        return self.cpu if cpu else self.gpu
+
+
+def training_figures(output: str) -> str:
+    """images/s and data wait of the last display line, and the done line's overall wait."""
+    shown = re.findall(r"([\d.]+) images/s, waiting for data ([\d.]+%)", output)
+    done = re.search(r"waiting for data ([\d.]+%) of the time", output)
+    if not shown:
+        return done.group(0) if done else ""
+    speed, wait = shown[-1]
+    return f"{speed} images/s, data wait {wait} (whole run {done.group(1) if done else '?'})"
+
+
+def peak_memory(cache: Path, name: str) -> str:
+    path = cache / "nnet" / name / "metrics.jsonl"
+    if not path.is_file():
+        return ""
+    peaks = [json.loads(line).get("gpu_mem_gib") for line in path.read_text().splitlines()
+             if line.strip()]
+    peaks = [p for p in peaks if p is not None]
+    return f", peak {max(peaks):.1f} GiB" if peaks else ""
+
+
+def losses(output: str) -> dict[int, str]:
+    return {int(it): loss for it, loss in re.findall(r"iteration (\d+): loss (\S+) ", output)}
+
+
+def where(ctx: Context, name: str) -> str:
+    data = "shapes" if name == "CornerNet_Tiny" or ctx.coco128 is None else "coco128"
+    if ctx.device == "cuda":
+        return f"1 GPU, {data}, {ctx.workers[name]} workers"
+    network = "" if name == "CornerNet_Saccade" else ", CornerNet_Tiny network"
+    return f"CPU{network}, {data}, {ctx.workers[name]} workers"
+
+
+def cuda_tests(ctx: Context) -> None:
+    # On a CPU they skip, saying why; test_device.py's CPU half is CI's, not the rehearsal's.
+    files = ["tests/test_cuda.py"] + ([] if ctx.tiny else ["tests/test_device.py"])
+    ctx.steps.run("CUDA tests", [ctx.py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                                 *files],
+                  timeout=300, need=ctx.t(120, 20),
+                  measure=lambda out: out.strip().splitlines()[-1].strip("= "))
+
+
+def train(name: str) -> Callable[[Context], None]:
+    def run(ctx: Context) -> None:
+        ctx.steps.run(f"train {name} ({where(ctx, name)})", ctx.train_cmd(name),
+                      timeout=300, need=ctx.t(120 if name == "CornerNet" else 75, 25),
+                      measure=lambda out: training_figures(out)
+                      + peak_memory(ctx.root / "cache", name))
+    return run
+
+
+def test_and_demo(name: str) -> Callable[[Context], None]:
+    def run(ctx: Context) -> None:
+        testiter = 2 if ctx.tiny else 20
+        scored = "" if ctx.backend != "none" else "not scored: no evaluator; "
+        ctx.steps.run(
+            f"test.py {name}", [ctx.py, "test.py", name, "--testiter", testiter, "--config-dir",
+                                ctx.configs, "--images", 1 if ctx.tiny else 8, "--device",
+                                ctx.device, "--no-resume", "--backend", ctx.backend],
+            timeout=240, need=ctx.t(45, 20),
+            measure=lambda out: scored + next((line for line in out.splitlines()
+                                               if " images in " in line), ""))
+        if ctx.coco128 is not None and name != "CornerNet_Tiny":
+            images = sorted((ctx.coco128 / "images").iterdir())
+        else:
+            images = sorted((ctx.root / "data" / "shapes" / "images" / "val").glob("*.jpg"))
+        ctx.steps.run(f"demo.py {name}",
+                      [ctx.py, "demo.py", name, "--testiter", testiter, "--config-dir",
+                       ctx.configs, "--device", ctx.device, "--images",
+                       *images[:1 if ctx.tiny else 4], "--out", ctx.root / "demo" / name,
+                       "--thresh", 0.3], timeout=180, need=ctx.t(30, 15))
+    return run
+
+
+def bench(name: str, modes: tuple[str, ...]) -> Callable[[Context], None]:
+    def run(ctx: Context) -> None:
+        # CPU sizes: the tiny network, one mode, one iteration.
+        config, run_modes = ("CornerNet_Tiny", modes[:1]) if ctx.tiny else (name, modes)
+        label = f"bench_train {config} {' '.join(run_modes)}"
+        if ctx.coco128 is None:
+            ctx.steps.add(label, "not run", 0.0, "bench_train reads coco128, which is not here")
+            return
+        batch = 2 if ctx.tiny else BENCH_BATCH[name]
+        sizes = (["--input-size", 127, "--iters", 1, "--warmup", 0] if ctx.tiny
+                 else ["--iters", BENCH_ITERS, "--warmup", BENCH_WARMUP])
+        output = ctx.steps.run(
+            label, [ctx.py, "bench/bench_train.py", "--configs", config, "--modes", *run_modes,
+                    "--workers", ctx.workers[name], "--batch", batch, "--device", ctx.device,
+                    "--no-breakdown", *sizes], timeout=300,
+            need=ctx.t(30 * len(modes) + 20, 25), measure=lambda out: "rows below")
+        for line in (output or "").splitlines():
+            parts = line.split()
+            if len(parts) >= 6 and parts[0] == config and parts[1] in run_modes:
+                memory = "out of memory" in line
+                ctx.steps.add(f"  {config} {parts[1]}, batch {batch}",
+                              "out of memory" if memory else "ok", 0.0,
+                              " ".join(parts[2:]) if memory else
+                              f"{parts[3]} images/s, data wait {parts[4]}, peak {parts[5]} GiB "
+                              f"({parts[2]} workers)")
+    return run
+
+
+def deterministic(ctx: Context) -> None:
+    name = "CornerNet_Squeeze"
+    det = ctx.write_configs(ctx.root / "det", ctx.coco128, tiny=ctx.tiny, deterministic=True,
+                            max_iter=4 if ctx.tiny else 6, snapshot=2 if ctx.tiny else 3,
+                            display=1, val_iter=0)
+    resume_at = 2 if ctx.tiny else 3
+    runs = [ctx.steps.run(f"deterministic {name}, run {i}", ctx.train_cmd(name, det),
+                          timeout=240, need=ctx.t(60, 25), measure=training_figures)
+            for i in (1, 2)]
+    resumed = ctx.steps.run(f"deterministic {name}, --iter {resume_at}",
+                            [*ctx.train_cmd(name, det), "--iter", resume_at], timeout=240,
+                            need=ctx.t(50, 25))
+    if all(runs) and resumed:
+        first, second, third = losses(runs[0]), losses(runs[1]), losses(resumed)
+        equal = first == second and bool(first)
+        ctx.steps.add("deterministic: two runs equal", "ok" if equal else "FAIL", 0.0,
+                      f"losses of iterations {sorted(first)}: {'equal' if equal else 'DIFFER'}")
+        later = {it: loss for it, loss in first.items() if it > resume_at}
+        same = later == {it: third.get(it) for it in later} and bool(later)
+        ctx.steps.add("deterministic: resume exact", "ok" if same else "FAIL", 0.0,
+                      f"losses after iteration {resume_at}: {'equal' if same else 'DIFFER'}")
+
+
+def dry_run(ctx: Context) -> None:
+    ctx.steps.run("train.py --dry-run, CornerNet",
+                  [*ctx.train_cmd("CornerNet"), "--dry-run", 2 if ctx.tiny else 20],
+                  timeout=180, need=ctx.t(60, 20),
+                  measure=lambda out: " ".join(out.split())[-90:])
+
+
+def two_gpus(ctx: Context) -> None:
+    two = ctx.write_configs(ctx.root / "two", ctx.coco128, tiny=ctx.tiny)
+    for name in SHORT:
+        ctx.steps.run(f"train {name}, 2 GPUs",
+                      [ctx.py, "train.py", name, "--config-dir", two, "--workers",
+                       ctx.workers[name], "--distributed", "--world-size", 1,
+                       "--procs-per-node", 2], timeout=300, need=ctx.t(90, 30),
+                      measure=training_figures)
+
+
+def _groups() -> dict[str, Group]:
+    groups = {"cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 120, 20,
+                                  cuda_tests),
+              "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations", 75, 25,
+                                     train("CornerNet_Squeeze")),
+              "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32", 80, 25,
+                                     bench("CornerNet_Squeeze", ("bf16+cl", "fp32"))),
+              "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot", 75,
+                                    35, test_and_demo("CornerNet_Squeeze"),
+                                    needs=("train-squeeze",))}
+    for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
+        groups[f"train-{SHORT[name]}"] = Group(f"train.py {name}, 20 iterations",
+                                               120 if name == "CornerNet" else 75, 25,
+                                               train(name))
+    groups["deterministic"] = Group("system.deterministic: two runs and a resume, equal losses",
+                                    170, 75, deterministic)
+    for name in ("CornerNet_Saccade", "CornerNet"):
+        groups[f"test-{SHORT[name]}"] = Group("test.py and demo.py of its snapshot", 75, 35,
+                                              test_and_demo(name),
+                                              needs=(f"train-{SHORT[name]}",))
+    groups["bench-squeeze-more"] = Group("bench_train CornerNet_Squeeze bf16 and fp32+det", 80,
+                                         25, bench("CornerNet_Squeeze", ("bf16", "fp32+det")))
+    for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
+        groups[f"bench-{SHORT[name]}"] = Group(
+            f"bench_train {name}, 4 modes", 140, 25,
+            bench(name, ("bf16+cl", "fp32", "bf16", "fp32+det")))
+    groups["dry-run"] = Group("train.py CornerNet --dry-run 20", 60, 20, dry_run)
+    groups["train-2gpu"] = Group("each config on 2 GPUs (only where there are 2)", 360, 120,
+                                 two_gpus)
+    return groups
+
+
+GROUPS = _groups()
+
+
+def plan_order(gpus: int) -> list[str]:
+    """Every group key in the order they run; two-GPU training only with two GPUs."""
+    return [key for key in GROUPS if key != "train-2gpu" or gpus >= 2]

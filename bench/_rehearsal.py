@@ -1,0 +1,126 @@
+"""`gpu_check.py --rehearse`: the GPU run's every step that needs no GPU, on this CPU.
+
+The repository's files (tracked and untracked-but-not-ignored, as the device tool sends them) are
+copied to a scratch folder with no ../shared beside it; coco128 goes into the copy's ./shared as
+bench/gpu_prep.sh lays it; CORNERNET_DATA is unset and faster-coco-eval and pycocotools are made
+unimportable. gpu_check then runs there at CPU sizes under a budget shorter than its plan, and
+what it printed and logged is checked: the machine's lines first, the data found in ./shared,
+the evaluator missing and the test.py row "not scored", every row in the log file, the groups
+past the budget "not run (budget)", the table and the line that runs the rest, all before the
+deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench._shared import ENV, coco128_dir, looked_in
+
+BUDGET = 100.0
+# What the rehearsal runs: the CUDA tests (all skipped on a CPU, but collected in the copy),
+# training, test.py without an evaluator, and one group that the budget must refuse (the
+# bench rows' parsing is tests/test_gpu_check.py's, on bench_train's own output).
+GROUPS = ("cuda-tests", "train-squeeze", "test-squeeze", "deterministic")
+BLOCKED = ("faster_coco_eval", "pycocotools")
+
+
+def copy_checkout(repo: Path, dest: Path) -> None:
+    """The files the device tool would send: git's tracked and untracked-not-ignored ones."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=repo, capture_output=True,
+                                check=True, timeout=60).stdout.decode().split("\0")
+    except (OSError, subprocess.SubprocessError):  # not a git checkout: everything but caches
+        shutil.copytree(repo, dest, ignore=shutil.ignore_patterns(
+            ".git", "__pycache__", "shared", ".*_cache", "cache", "results", "data"))
+        return
+    for name in filter(None, listed):
+        source = repo / name
+        if source.is_file() and not name.startswith("shared/"):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+
+
+def block_evaluators(folder: Path) -> None:
+    """Packages that shadow the COCO evaluators and fail to import, as on the GPU machine."""
+    for name in BLOCKED:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text(
+            f"raise ImportError('{name} is blocked by the gpu_check rehearsal')\n")
+
+
+def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
+    """What a good rehearsal printed and logged; the list of what is wrong."""
+    wrong = []
+    lines = log.splitlines()
+    for start in ("nvidia-smi -L", "torch ", "df -h /dev/shm"):
+        if not any(line.startswith(start) for line in lines[:6]):
+            wrong.append(f"the log does not start with a '{start}' line")
+    if f"coco128: {copy / 'shared' / 'data' / 'coco128'}" not in log:
+        wrong.append("coco128 was not found in the copy's ./shared")
+    if "COCO evaluator: none" not in log:
+        wrong.append("a COCO evaluator was importable")
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| step")]
+    table = output.split("| step | status | seconds | detail |")[-1]
+    for row in (line for line in table.splitlines() if line.startswith("| ")):
+        if row not in rows:
+            wrong.append(f"a table row missing from the log: {row}")
+    for name in ("CUDA tests", "train CornerNet_Squeeze", "test.py CornerNet_Squeeze"):
+        if not any(row.startswith(f"| {name}") and "| ok |" in row for row in rows):
+            wrong.append(f"no ok row for {name}")
+    if not any("test.py" in row and "not scored: no evaluator" in row for row in rows):
+        wrong.append("the test.py row does not say 'not scored: no evaluator'")
+    if not any("| not run (budget) |" in row for row in rows):
+        wrong.append("no step was refused by the budget")
+    if any("| FAIL" in row for row in rows):
+        wrong.append("a step failed")
+    if "the rest: python bench/gpu_check.py --only" not in log:
+        wrong.append("no line that runs the rest")
+    if seconds > BUDGET + 10:
+        wrong.append(f"it took {seconds:.0f} s against a budget of {BUDGET:.0f} s")
+    return wrong
+
+
+def rehearse(repo: Path) -> int:
+    """Run the rehearsal; 0 when everything it checks holds, 1 when not, 2 without coco128."""
+    coco128 = coco128_dir()
+    if coco128 is None:
+        print(f"error: the rehearsal copies coco128 into its checkout, and none was found here "
+              f"(looked in {looked_in()})", file=sys.stderr)
+        return 2
+    scratch = Path(tempfile.mkdtemp(prefix="gpu_check-rehearsal-"))
+    copy = scratch / "checkout"
+    copy_checkout(repo, copy)
+    (copy / "shared" / "data").mkdir(parents=True)
+    shutil.copytree(coco128, copy / "shared" / "data" / "coco128")
+    block_evaluators(scratch / "blocked")
+    log = scratch / "out" / "gpu_check.log"
+    env = {key: value for key, value in os.environ.items() if key != ENV}
+    env.update(PYTHONPATH=f"{scratch / 'blocked'}{os.pathsep}{copy}", PYTHONUNBUFFERED="1")
+    cmd = [sys.executable, "bench/gpu_check.py", "--device", "cpu", "--budget", str(BUDGET),
+           "--log", str(log), "--workers", "1", "--scratch", str(scratch / "steps"),
+           "--only", *GROUPS]
+    print(f"rehearsal in {copy} (no ../shared beside it, no COCO evaluator): "
+          f"{' '.join(cmd[1:])}", flush=True)
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True,
+                          timeout=BUDGET + 60, check=False)
+    seconds = time.monotonic() - t0
+    print(done.stdout + done.stderr, flush=True)
+    text = log.read_text() if log.is_file() else ""
+    wrong = check(done.stdout, text, copy, seconds)
+    if done.returncode != 0:
+        wrong.insert(0, f"gpu_check exited {done.returncode}")
+    for line in wrong:
+        print(f"rehearsal: {line}")
+    print(f"rehearsal {'FAILED' if wrong else 'passed'} in {seconds:.0f} s "
+          f"(budget {BUDGET:.0f} s); log {log}")
+    if not wrong:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return 1 if wrong else 0
