@@ -41,6 +41,7 @@ from ..utils import dist as dist_utils
 from ..utils import lock
 from ..utils import procs as lifetime
 from ..utils.device import configure, distributed_kind, rank_device, resolve_device
+from ..utils.env import check_environment
 from ..utils.peers import broken_collective
 from ..utils.procs import process_identity
 from . import cluster, preempt
@@ -147,7 +148,8 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
     rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
-        check_args(args)  # again here: torchrun's processes start without launch's checks
+        check_environment()  # again here: torchrun's processes start without launch's checks
+        check_args(args)
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = resolve_device(args.device) if not distributed else None
         if distributed:
@@ -197,6 +199,7 @@ def launch(args: argparse.Namespace, train: Train) -> int:
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
+        check_environment()  # CORNERNET_* values, before any process or watch thread reads one
         check_args(args)
         if args.distributed and cluster.in_job_step():  # srun started this process as a rank
             cluster.adopt(args, cluster.slurm_task())
