@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from types import SimpleNamespace
+from urllib.parse import urlparse
 
 import pytest
 from _train_helpers import REPO, write_config
@@ -34,6 +35,21 @@ def test_a_job_step_task_is_its_rank_and_meets_the_others_on_a_port_of_the_job()
 def test_master_addr_and_port_win_over_the_node_list():
     task = cluster.slurm_task({**STEP, "MASTER_ADDR": "head", "MASTER_PORT": "29500"})
     assert task.url == "tcp://head:29500"
+
+
+@pytest.mark.parametrize("addr", ["::1", "[::1]", "fe80::2"])
+def test_an_ipv6_master_addr_makes_a_url_with_the_address_in_brackets(addr):
+    task = cluster.slurm_task({**STEP, "MASTER_ADDR": addr, "MASTER_PORT": "29500"})
+    host = addr.strip("[]")
+    assert task.url == f"tcp://[{host}]:29500"
+    parsed = urlparse(task.url)
+    assert (parsed.hostname, parsed.port) == (host, 29500)
+
+
+@pytest.mark.parametrize("port", ["abc", "0", "70000"])
+def test_a_master_port_that_is_no_port_is_named(port):
+    with pytest.raises(ConfigError, match=f"MASTER_PORT='{port}': expected a port number"):
+        cluster.slurm_task({**STEP, "MASTER_ADDR": "head", "MASTER_PORT": port})
 
 
 def test_a_batch_shell_is_no_rank_and_a_missing_variable_is_named():
