@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
+from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -35,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", nargs="+", type=Path, required=True,
                         help="image files, or folders whose files are taken")
     parser.add_argument("--out", type=Path, required=True, help="folder for the pictures")
-    parser.add_argument("--thresh", type=float, default=0.5, help="draw boxes scoring above it")
+    parser.add_argument("--thresh", type=unit_interval, default=0.5, help="draw boxes scoring above it")
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)

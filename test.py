@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -70,7 +71,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=None, help="evaluate the first N images")
     parser.add_argument("--vis", type=int, default=0, metavar="N",
                         help="draw the detections and ground truth of the first N images")
-    parser.add_argument("--vis-thresh", type=float, default=0.3,
+    parser.add_argument("--vis-thresh", type=unit_interval, default=0.3,
                         help="draw detections scoring above this")
     parser.add_argument("--batch", type=int, default=None,
                         help="images per network call (default: system.test_batch_size or 1)")

@@ -18,6 +18,7 @@ Every failure is a ConfigError with one line naming the key, the value and what 
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from typing import Any
@@ -188,3 +189,14 @@ def check_decode_settings(configs: dict, where: str = "db config") -> None:
         raise ConfigError(f"{where}: db.num_dets {configs['num_dets']} is more than the "
                           f"top_k * top_k = {configs['top_k'] ** 2} corner pairs there are; "
                           f"lower db.num_dets or raise db.top_k")
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type for scores and IoU thresholds: a number in [0, 1] (never NaN)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
