@@ -111,7 +111,8 @@ def test_a_resume_signal_during_start_up_is_a_stop_request_not_a_death(restore_h
 def test_requeue_asks_slurm_only_on_rank_0_of_a_job_after_the_resume_signal(monkeypatch):
     calls = []
     monkeypatch.setattr(preempt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
-                        SimpleNamespace(returncode=0, stderr=""))
+                        SimpleNamespace(returncode=0, stderr="", stdout="JobId=77 "
+                                        "JobState=RUNNING Reason=None"))
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     config, said = SimpleNamespace(requeue=True), []
     args = SimpleNamespace(requeue=False)
@@ -119,8 +120,26 @@ def test_requeue_asks_slurm_only_on_rank_0_of_a_job_after_the_resume_signal(monk
     assert preempt.requeue(RESUME_STATUS, args, config, 1, said.append) == RESUME_STATUS
     assert calls == []
     assert preempt.requeue(RESUME_STATUS, args, config, 0, said.append) == RESUME_STATUS
-    assert calls == [["scontrol", "requeue", "77"]]
+    assert calls == [["scontrol", "show", "job", "-o", "77"], ["scontrol", "requeue", "77"]]
     assert said == ["requeued SLURM job 77: it continues from this snapshot with --iter latest"]
+
+
+@pytest.mark.parametrize("state", ["COMPLETING", "CANCELLED"])
+def test_a_cancelled_job_is_never_requeued_even_when_term_is_the_resume_signal(monkeypatch,
+                                                                               state):
+    calls = []
+    monkeypatch.setattr(preempt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        SimpleNamespace(returncode=0, stderr="", stdout="JobId=77 "
+                                        f"JobState={state} Reason=None"))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    said = []
+    status = preempt.requeue(RESUME_STATUS, SimpleNamespace(requeue=True),
+                             SimpleNamespace(requeue=True), 0, said.append)
+    assert status == RESUME_STATUS
+    assert calls == [["scontrol", "show", "job", "-o", "77"]]  # no `scontrol requeue`
+    assert said == [(f"SLURM job 77 is {state} (cancelled by scancel, or its time is up): not "
+                    "requeued; to continue, submit it again (--iter latest continues from this "
+                    "snapshot)")]
 
 
 def test_rolling_snapshots_never_push_periodic_ones_out(tmp_path):

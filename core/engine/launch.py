@@ -48,6 +48,7 @@ from . import cluster, preempt
 from .agree import check_same_config
 from .cli import USER_MISTAKES, describe, report, with_trace
 from .preflight import check_args, preflight, tidy_temp
+from .stop import RESUME_STATUS
 
 # train(args, system_config, db_config, rank, world, device, distributed, watch) -> exit status
 Train = Callable[..., int]
@@ -166,8 +167,13 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         configure(device, system_config.deterministic, fixed_sizes=True)
         status = train(args, system_config, db_config, rank, world, device, distributed, watch)
-        return preempt.requeue(status, args, system_config, rank, functools.partial(
+        status = preempt.requeue(status, args, system_config, rank, functools.partial(
             print, flush=True))
+        if rank and status in STOP_CODES | {RESUME_STATUS} and cluster.in_job_step():
+            # Rank 0 speaks for a stopped job step: a non-zero exit here would make srun
+            # (--kill-on-bad-exit) end rank 0 while it writes the snapshot and requeues.
+            return 0
+        return status
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
