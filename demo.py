@@ -45,13 +45,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# In --out: the names of the pictures drawn there, so that a folder that is both input and
+# output is never drawn on again.
+DRAWN = ".demo-drawn"
+
+
 def input_files(paths: list[Path]) -> list[Path]:
-    """The files named, with each folder replaced by its (non-hidden) files in name order."""
+    """The files named, with each folder replaced by its (non-hidden) files in name order, less
+    the pictures demo.py drew there."""
     files = []
     for path in paths:
-        if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir()
-                                if p.is_file() and not p.name.startswith(".")))
+        if path.is_dir():  # without the pictures an earlier run drew there (DRAWN lists them)
+            drawn = set((path / DRAWN).read_text().splitlines()) if (path / DRAWN).is_file() \
+                else set()
+            files.extend(sorted(p for p in path.iterdir() if p.is_file()
+                                and not p.name.startswith(".") and p.name not in drawn))
         elif path.exists():
             files.append(path)
         else:
@@ -131,6 +139,8 @@ def main(args: argparse.Namespace) -> list[Path]:
         count = sum(int((boxes[:, 4] > args.thresh).sum()) for boxes in detections.values())
         print(f"{path}: {count} detections above {args.thresh} -> {out}")
         written.append(out)
+    with open(args.out / DRAWN, "a") as listing:  # never taken for inputs by a later run
+        listing.writelines(f"{out.name}\n" for out in written)
     print(f"drew {len(written)} of {len(inputs)} inputs in {args.out}"
           + (f"; unreadable: {', '.join(map(str, bad))}" if bad else ""))
     if not written:

@@ -30,6 +30,7 @@ from core.inference.journal import Journal
 from core.inference.loop import ImageResult
 from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
+from core.utils import lock
 from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -199,6 +200,17 @@ def main(args: argparse.Namespace) -> dict | None:
                                                             sys_config=system_config)
     out_dir = result_folder(args, system_config, testiter, split)
     check_writable(out_dir)
+    # Two runs on one results folder would interleave their journals: one at a time.
+    lock.acquire(out_dir, print, "use another --suffix or system.result_dir")
+    try:
+        return evaluate(args, system_config, db, out_dir, testiter, split)
+    finally:
+        lock.release_all()
+
+
+def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
+             testiter: int | str, split: str) -> dict | None:
+    """Detect on the split's images (continuing a journal), then score and write results."""
     if db.has_annotations:
         require_backend(args.backend)
     if args.runtime == "torch":
