@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
+from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -35,7 +36,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", nargs="+", type=Path, required=True,
                         help="image files, or folders whose files are taken")
     parser.add_argument("--out", type=Path, required=True, help="folder for the pictures")
-    parser.add_argument("--thresh", type=float, default=0.5, help="draw boxes scoring above it")
+    parser.add_argument("--thresh", type=unit_interval, default=0.5, help="draw boxes scoring above it")
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
@@ -44,13 +45,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+# In --out: the names of the pictures drawn there, so that a folder that is both input and
+# output is never drawn on again.
+DRAWN = ".demo-drawn"
+
+
 def input_files(paths: list[Path]) -> list[Path]:
-    """The files named, with each folder replaced by its (non-hidden) files in name order."""
+    """The files named, with each folder replaced by its (non-hidden) files in name order, less
+    the pictures demo.py drew there."""
     files = []
     for path in paths:
-        if path.is_dir():
-            files.extend(sorted(p for p in path.iterdir()
-                                if p.is_file() and not p.name.startswith(".")))
+        if path.is_dir():  # without the pictures an earlier run drew there (DRAWN lists them)
+            drawn = set((path / DRAWN).read_text().splitlines()) if (path / DRAWN).is_file() \
+                else set()
+            files.extend(sorted(p for p in path.iterdir() if p.is_file()
+                                and not p.name.startswith(".") and p.name not in drawn))
         elif path.exists():
             files.append(path)
         else:
@@ -130,6 +139,8 @@ def main(args: argparse.Namespace) -> list[Path]:
         count = sum(int((boxes[:, 4] > args.thresh).sum()) for boxes in detections.values())
         print(f"{path}: {count} detections above {args.thresh} -> {out}")
         written.append(out)
+    with open(args.out / DRAWN, "a") as listing:  # never taken for inputs by a later run
+        listing.writelines(f"{out.name}\n" for out in written)
     print(f"drew {len(written)} of {len(inputs)} inputs in {args.out}"
           + (f"; unreadable: {', '.join(map(str, bad))}" if bad else ""))
     if not written:

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -29,6 +30,7 @@ from core.inference.journal import Journal
 from core.inference.loop import ImageResult
 from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
+from core.utils import lock
 from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -70,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=None, help="evaluate the first N images")
     parser.add_argument("--vis", type=int, default=0, metavar="N",
                         help="draw the detections and ground truth of the first N images")
-    parser.add_argument("--vis-thresh", type=float, default=0.3,
+    parser.add_argument("--vis-thresh", type=unit_interval, default=0.3,
                         help="draw detections scoring above this")
     parser.add_argument("--batch", type=int, default=None,
                         help="images per network call (default: system.test_batch_size or 1)")
@@ -199,6 +201,17 @@ def main(args: argparse.Namespace) -> dict | None:
                                                             sys_config=system_config)
     out_dir = result_folder(args, system_config, testiter, split)
     check_writable(out_dir)
+    # Two runs on one results folder would interleave their journals: one at a time.
+    lock.acquire(out_dir, print, "use another --suffix or system.result_dir")
+    try:
+        return evaluate(args, system_config, db, out_dir, testiter, split)
+    finally:
+        lock.release_all()
+
+
+def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
+             testiter: int | str, split: str) -> dict | None:
+    """Detect on the split's images (continuing a journal), then score and write results."""
     if db.has_annotations and args.backend != "none":
         require_backend(args.backend)
     if args.runtime == "torch":

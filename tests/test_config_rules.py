@@ -172,3 +172,51 @@ def test_more_detections_than_corner_pairs_is_refused_where_detection_runs():
     with pytest.raises(ConfigError, match=r"db.num_dets 401 is more than the top_k \* top_k = "
                                           r"400 corner pairs"):
         check_decode_settings(check_db_config({"top_k": 20, "num_dets": 401}))
+
+
+@pytest.mark.parametrize("key, value", [("max_iter", 2 ** 63), ("seed", 2 ** 70),
+                                        ("snapshot", 2 ** 64)])
+def test_integers_beyond_64_bits_are_one_line_at_load(key, value):
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config({key: value})
+    assert one_line(caught) == (f"system config: system.{key} is {value}, beyond the 64-bit "
+                                f"integers the code holds (below 2**63 = {2 ** 63})")
+
+
+def test_the_largest_64_bit_max_iter_loads():
+    assert SystemConfig().update_config({"max_iter": 2 ** 63 - 1,
+                                         "stepsize": 2 ** 62}).max_iter == 2 ** 63 - 1
+
+
+def test_a_weight_decay_above_one_is_refused():
+    assert SystemConfig().update_config({"weight_decay": 1}).weight_decay == 1
+    with pytest.raises(ConfigError, match=r"system.weight_decay must be at most 1 .*got 1e\+308"):
+        SystemConfig().update_config({"weight_decay": 1e308})
+
+
+@pytest.mark.parametrize("value, inverse", [(0.1, "10"), (0.5, "2")])
+def test_a_decay_rate_below_one_is_refused_naming_its_inverse(value, inverse):
+    with pytest.raises(ConfigError, match=f"system.decay_rate {value} is below 1.*gamma "
+                                          f"{value} is decay_rate {inverse}\\)"):
+        SystemConfig().update_config({"decay_rate": value})
+    assert SystemConfig().update_config({"decay_rate": 1}).decay_rate == 1
+
+
+def test_a_top_k_no_memory_holds_is_one_line_at_load():
+    with pytest.raises(ConfigError, match="db.top_k 1000000000 is more than 4096"):
+        check_db_config({"top_k": 10 ** 9})
+    assert check_db_config({"top_k": 4096})["top_k"] == 4096
+
+
+def test_a_config_named_with_other_characters_is_answered_without_did_you_mean(tmp_path):
+    (tmp_path / "my config!.json").write_text("{}")
+    (tmp_path / "Good.json").write_text("{}")
+    with pytest.raises(ConfigError) as caught:
+        load_config("my config!", tmp_path)
+    message = one_line(caught)
+    assert "did you mean" not in message
+    assert message.startswith(f"config 'my config!' in {tmp_path} is not a plain name")
+    assert message.endswith("rename my config!.json to one")
+    with pytest.raises(ConfigError) as caught:
+        load_config("../Good", tmp_path)
+    assert "did you mean" not in one_line(caught) and "never a path" in one_line(caught)

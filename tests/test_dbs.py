@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import cv2
 import numpy as np
 import pytest
 
@@ -155,6 +156,27 @@ def test_boxes_outside_are_clipped_and_empty_ones_dropped_each_said_once(
     assert sum(len(db.detections(i)) for i in range(len(db))) == 939 - 10 - 2
     all_dets = np.concatenate([db.detections(i) for i in range(len(db))])
     assert all_dets[:, :2].min() >= 0
+
+
+def test_image_sizes_the_images_do_not_have_are_said_with_what_to_fix(
+        coco128: Path, tmp_path: Path, sys_config: SystemConfig, caplog):
+    def halve(content):  # annotations written for copies at half the size
+        for image in content["images"]:
+            image["width"], image["height"] = image["width"] // 2, image["height"] // 2
+    path = copy_json(coco128, tmp_path, halve)
+    for _ in range(2):  # parsed, then from the cache
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
+            COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
+        sizes = [r.getMessage() for r in caplog.records if "but the file declares" in
+                 r.getMessage()]
+        assert len(sizes) == 3, [r.getMessage() for r in caplog.records]
+        assert all(str(path) in message and "fix the image sizes" in message
+                   for message in sizes)
+    first = sizes[0].split("image ")[1].split(" ")[0]
+    real = cv2.imread(str(coco128 / "images" / first)).shape
+    assert f"is {real[1]}x{real[0]} but the file declares {real[1] // 2}x{real[0] // 2}" in \
+        sizes[0]
 
 
 def test_cache_is_reused_and_written_under_cache_dir(db: COCO, coco128: Path,

@@ -45,7 +45,7 @@ def test_folder_means_its_images_and_bad_files_are_named(tiny_coco, coco128):
     done = demo(tiny_coco, "--images", folder, "--out", tiny_coco / "pictures")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tiny_coco / "pictures").iterdir()) == [
-        "000000000529.jpg", "000000000531.jpg"]
+        ".demo-drawn", "000000000529.jpg", "000000000531.jpg"]
     assert "broken.jpg" in done.stdout and "notes.txt" in done.stdout
     assert "drew 2 of 4 inputs" in done.stdout
 
@@ -57,7 +57,22 @@ def test_out_equal_to_the_input_folder_leaves_the_inputs_untouched(tiny_coco, co
     assert done.returncode == 0, done.stderr
     assert {name: (folder / name).read_bytes() for name in before} == before
     drawn = sorted({p.name for p in folder.iterdir()} - set(before))
-    assert drawn == ["000000000529-2.jpg", "000000000531-2.jpg"]
+    assert drawn == [".demo-drawn", "000000000529-2.jpg", "000000000531-2.jpg"]
+
+
+def test_out_equal_to_the_input_folder_twice_never_draws_on_its_own_pictures(tiny_coco, coco128):
+    folder = photos(coco128, tiny_coco / "mine")
+    first = demo(tiny_coco, "--images", folder, "--out", folder)
+    assert first.returncode == 0, first.stderr
+    pictures = {name: (folder / name).read_bytes() for name in ("000000000529-2.jpg",
+                                                                "000000000531-2.jpg")}
+    again = demo(tiny_coco, "--images", folder, "--out", folder)
+    assert again.returncode == 0, again.stderr
+    assert "drew 2 of 2 inputs" in again.stdout  # the two photos, not the earlier pictures
+    assert sorted(p.name for p in folder.iterdir()) == [
+        ".demo-drawn", "000000000529-2.jpg", "000000000529.jpg", "000000000531-2.jpg",
+        "000000000531.jpg"]
+    assert {name: (folder / name).read_bytes() for name in pictures} == pictures
 
 
 def test_same_stem_inputs_get_their_own_pictures(tiny_coco, coco128):

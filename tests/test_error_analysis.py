@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from core.errors import UsageError
 from core.inference.coco_eval import score
 from core.inference.error_analysis import (
     STEPS,
@@ -107,3 +108,33 @@ def test_shuffling_the_labels_of_one_category_is_refused(run):
     only_cats = {i: g.where(g.category == 1) for i, g in truth.items()}
     with pytest.raises(ValueError, match="at least two categories"):
         shuffled_truth(only_cats)
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda text: text[: len(text) // 2], "is damaged"),
+    (lambda text: json.dumps({"not": "a list"}), "is not a COCO results list"),
+    (lambda text: json.dumps([{"image_id": 1, "bbox": [0, 0, 1, 1], "score": 0.5}]),
+     "detection 0 is not a COCO result"),
+    (lambda text: json.dumps([{"image_id": 1, "category_id": 1, "bbox": [0, 0, 1],
+                               "score": 0.5}]), "detection 0 is not a COCO result"),
+])
+def test_a_damaged_results_file_is_one_line_naming_it(tmp_path, damage, words):
+
+    annotation_file, results_file = hand.write(tmp_path / "set")
+    results_file.write_text(damage(results_file.read_text()))
+    with pytest.raises(UsageError) as caught:
+        read_run(annotation_file, results_file)
+    assert str(caught.value).startswith(f"{results_file}") or words == "is damaged"
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_results_naming_images_or_categories_of_another_dataset_are_refused(tmp_path):
+
+    annotation_file, results_file = hand.write(tmp_path / "set")
+    results = json.loads(results_file.read_text())
+    results[0] = {**results[0], "image_id": 987654}
+    results[1] = {**results[1], "category_id": 4242}
+    results_file.write_text(json.dumps(results))
+    with pytest.raises(UsageError, match=r"names image ids \[987654\] and category ids \[4242\] "
+                                         r"that .* does not have: these results are of another"):
+        read_run(annotation_file, results_file)

@@ -232,6 +232,15 @@ def test_probe_of_a_read_only_folder_is_one_line_saying_what_to_do(tmp_path, mon
                                  f"write to")
 
 
+def test_probe_of_a_path_that_is_a_file_never_asks_to_delete_a_probe_that_never_was(tmp_path):
+    not_a_folder = tmp_path / "results"
+    not_a_folder.write_text("a file where a folder should be")
+    with pytest.raises(NotWritable) as caught:
+        probe_writable(not_a_folder, "--out")
+    assert "delete" not in str(caught.value) and "partial file" not in str(caught.value)
+    assert str(caught.value).startswith(f"cannot write in {not_a_folder} (a file, not a folder)")
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through folder permissions")
 def test_probe_of_a_folder_without_write_permission_fails(tmp_path):
     folder = tmp_path / "ro"

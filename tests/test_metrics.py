@@ -116,3 +116,22 @@ def test_display_line():
                             "grad_norm": 2.5, "images_per_s": 10.0, "data_wait": 0.25})
     assert line.startswith("iteration 7: loss 1.2345679 (focal 1.0000), lr 0.001, grad norm 2.5")
     assert line.endswith("waiting for data 25.0%")
+
+
+@pytest.mark.parametrize("failure", [AttributeError("module 'numpy' has no attribute 'object'"),
+                                     TypeError("Descriptors cannot be created directly")])
+def test_a_tensorboard_that_fails_on_import_turns_it_off_in_one_line(tmp_path, monkeypatch,
+                                                                     failure):
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name.startswith(("torch.utils.tensorboard", "tensorboard")):
+            raise failure
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    said = []
+    assert tensorboard_writer(tmp_path / "tb", 0, said.append) is None
+    assert len(said) == 1 and "\n" not in said[0]
+    assert said[0].startswith(f"TensorBoard is off ({type(failure).__name__}: {failure})")
+    assert "metrics.jsonl" in said[0]

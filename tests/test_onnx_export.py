@@ -4,7 +4,9 @@ One CornerNet_Tiny snapshot on coco128 (80 classes) is exported once per module;
 (`spread_weights`) give maps that vary with the image and real pairs of class 1 (person).
 """
 
+import importlib.util
 import json
+import shutil
 import subprocess
 
 import cv2
@@ -66,6 +68,9 @@ def test_export_checks_the_file_and_reports_differences_within_tolerance(exporte
     assert meta["config"] == "CocoTiny" and meta["categories"] == 80
     assert meta["decode"] == {"K": 20, "kernel": 3, "ae_threshold": 100, "num_dets": 100}
     assert meta["size_rule"] == {"stride": 4, "multiple": 32}
+    assert meta["iteration"] == 0 and meta["weights"] == "raw"
+    assert meta["max_side"] == 512 * 4 and len(meta["digest"]) == 64
+    assert not list(path.parent.glob(".*.tmp"))
     dims = [d.dim_param or d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims[1] == 3 and all(isinstance(d, str) for d in (dims[0], dims[2], dims[3]))
     assert [o.name for o in model.graph.output] == ["detections"]
@@ -187,3 +192,72 @@ def test_an_input_size_the_network_cannot_take_names_the_sizes_that_fit(exported
     assert network.test(torch.zeros(1, 3, 95, 127), **settings)[0].shape == (1, 100, 8)
     with pytest.raises(UsageError, match="export the snapshot again"):
         network.test(torch.zeros(1, 3, 95, 127), **{**settings, "K": 10})
+
+
+def test_a_retrained_snapshots_stale_export_is_refused_in_one_line(exported):
+    root, _ = exported
+    snapshots = root / "cache" / "nnet" / "CocoTiny"
+    shutil.copy(snapshots / "CocoTiny_0.pkl", root / "kept.pkl")
+    try:
+        system_config, db = open_db(root)
+        nnet = NetworkFactory(system_config, db, device="cpu")
+        nnet.load_params(0)
+        with torch.no_grad():
+            next(nnet.model.parameters()).add_(0.01)
+        nnet.save_params(0)  # iteration 0 trained again; its .onnx is the old one's
+        done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                   "--runtime", "onnxruntime", "--images", 1)
+    finally:
+        shutil.copy(root / "kept.pkl", snapshots / "CocoTiny_0.pkl")
+    one_line_error(done, "CocoTiny_0.onnx is stale", "iteration 0's earlier weights",
+                   "CocoTiny_0.pkl (iteration 0)", "python tools/export.py CocoTiny --testiter 0")
+    assert not (root / "results" / "CocoTiny" / "0" / "val" / "partial.jsonl").exists()
+
+
+def test_another_iterations_onnx_is_refused_naming_both_iterations(exported):
+    root, _ = exported
+    snapshots = root / "cache" / "nnet" / "CocoTiny"
+    shutil.copy(snapshots / "CocoTiny_0.pkl", snapshots / "CocoTiny_200.pkl")
+    done = run("test.py", "CocoTiny", "--testiter", 200, "--config-dir", root / "configs",
+               "--runtime", "onnxruntime", "--onnx", snapshots / "CocoTiny_0.onnx",
+               "--images", 1)
+    one_line_error(done, "exported from iteration 0, not iteration 200 (--testiter 200)")
+
+
+def test_a_failing_export_leaves_the_previous_file_and_no_temporary_one(exported, coco128,
+                                                                       monkeypatch):
+    root, _ = exported
+    system_config, db = open_db(root)
+    nnet = NetworkFactory(system_config, db, device="cpu")
+    nnet.load_params(0)
+    with torch.no_grad():
+        next(nnet.model.parameters()).add_(0.5)
+    nnet.save_params(5)
+    out = root / "kept" / "CocoTiny_5.onnx"
+    out.parent.mkdir()
+    out.write_bytes(b"the previous good export")
+    spec = importlib.util.spec_from_file_location("export_tool", ROOT / "tools" / "export.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    # The graph the export produces is iteration 0's: it cannot reproduce iteration 5's torch
+    # outputs, so the check fails for real (and no minutes are spent exporting again).
+    old = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
+    monkeypatch.setattr(tool, "export_onnx", lambda *args: (old, ["detections"]))
+    with pytest.raises(RuntimeError, match="does not reproduce torch.*was not written"):
+        tool.main(tool.parse_args(["CocoTiny", "--testiter", "5", "--config-dir",
+                                   str(root / "configs"), "--out", str(out), "--image",
+                                   str(coco128 / "images" / IMAGE)]))
+    assert out.read_bytes() == b"the previous good export"
+    assert [path.name for path in out.parent.iterdir()] == [out.name]
+
+
+def test_an_input_larger_than_the_scan_covers_is_refused(exported):
+    root, _ = exported
+    network = OnnxNetwork(root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx", "CocoTiny",
+                          80)
+    network.meta["max_side"] = 96  # as if exported with --max-map 24
+    settings = {"K": 20, "kernel": 3, "ae_threshold": 100, "num_dets": 100}
+    assert network.test(torch.zeros(1, 3, 95, 95), **settings)[0].shape == (1, 100, 8)
+    with pytest.raises(UsageError, match=r"exact for inputs up to 96 pixels a side, not "
+                                         r"\(1, 3, 95, 127\).*larger --max-map"):
+        network.test(torch.zeros(1, 3, 95, 127), **settings)

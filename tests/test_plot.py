@@ -153,3 +153,12 @@ def test_missing_file_and_misplaced_cache_dir_are_usage_errors(tmp_path, capsys)
     path = write(tmp_path / "metrics.jsonl", [training_line(10)])
     assert plot_metrics.main([str(path), "--cache-dir", str(tmp_path)]) == 2
     assert "--cache-dir goes with a config name" in capsys.readouterr().err
+
+
+def test_a_line_whose_terms_are_no_list_is_plotted_without_them(tmp_path, capsys):
+    lines = [training_line(10), {**training_line(20), "terms": 5}]
+    path = write(tmp_path / "metrics.jsonl", lines)
+    assert plot_metrics.main([str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "iteration 20: \"terms\" is 5, not a list of names" in err
+    assert image_shape(tmp_path / "metrics.png")[:2] == (2 * PANEL_PIXELS[0], PANEL_PIXELS[1])

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from types import SimpleNamespace
+from urllib.parse import urlparse
 
 import pytest
 from _train_helpers import REPO, write_config
@@ -35,6 +36,21 @@ def test_a_job_step_task_is_its_rank_and_meets_the_others_on_a_port_of_the_job()
 def test_master_addr_and_port_win_over_the_node_list():
     task = cluster.slurm_task({**STEP, "MASTER_ADDR": "head", "MASTER_PORT": "29500"})
     assert task.url == "tcp://head:29500"
+
+
+@pytest.mark.parametrize("addr", ["::1", "[::1]", "fe80::2"])
+def test_an_ipv6_master_addr_makes_a_url_with_the_address_in_brackets(addr):
+    task = cluster.slurm_task({**STEP, "MASTER_ADDR": addr, "MASTER_PORT": "29500"})
+    host = addr.strip("[]")
+    assert task.url == f"tcp://[{host}]:29500"
+    parsed = urlparse(task.url)
+    assert (parsed.hostname, parsed.port) == (host, 29500)
+
+
+@pytest.mark.parametrize("port", ["abc", "0", "70000"])
+def test_a_master_port_that_is_no_port_is_named(port):
+    with pytest.raises(ConfigError, match=f"MASTER_PORT='{port}': expected a port number"):
+        cluster.slurm_task({**STEP, "MASTER_ADDR": "head", "MASTER_PORT": port})
 
 
 def test_a_batch_shell_is_no_rank_and_a_missing_variable_is_named():
@@ -96,7 +112,8 @@ def test_a_resume_signal_during_start_up_is_a_stop_request_not_a_death(restore_h
 def test_requeue_asks_slurm_only_on_rank_0_of_a_job_after_the_resume_signal(monkeypatch):
     calls = []
     monkeypatch.setattr(preempt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
-                        SimpleNamespace(returncode=0, stderr=""))
+                        SimpleNamespace(returncode=0, stderr="", stdout="JobId=77 "
+                                        "JobState=RUNNING Reason=None"))
     monkeypatch.setenv("SLURM_JOB_ID", "77")
     config, said = SimpleNamespace(requeue=True), []
     args = SimpleNamespace(requeue=False)
@@ -104,8 +121,26 @@ def test_requeue_asks_slurm_only_on_rank_0_of_a_job_after_the_resume_signal(monk
     assert preempt.requeue(RESUME_STATUS, args, config, 1, said.append) == RESUME_STATUS
     assert calls == []
     assert preempt.requeue(RESUME_STATUS, args, config, 0, said.append) == RESUME_STATUS
-    assert calls == [["scontrol", "requeue", "77"]]
+    assert calls == [["scontrol", "show", "job", "-o", "77"], ["scontrol", "requeue", "77"]]
     assert said == ["requeued SLURM job 77: it continues from this snapshot with --iter latest"]
+
+
+@pytest.mark.parametrize("state", ["COMPLETING", "CANCELLED"])
+def test_a_cancelled_job_is_never_requeued_even_when_term_is_the_resume_signal(monkeypatch,
+                                                                               state):
+    calls = []
+    monkeypatch.setattr(preempt.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or
+                        SimpleNamespace(returncode=0, stderr="", stdout="JobId=77 "
+                                        f"JobState={state} Reason=None"))
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    said = []
+    status = preempt.requeue(RESUME_STATUS, SimpleNamespace(requeue=True),
+                             SimpleNamespace(requeue=True), 0, said.append)
+    assert status == RESUME_STATUS
+    assert calls == [["scontrol", "show", "job", "-o", "77"]]  # no `scontrol requeue`
+    assert said == [(f"SLURM job 77 is {state} (cancelled by scancel, or its time is up): not "
+                    "requeued; to continue, submit it again (--iter latest continues from this "
+                    "snapshot)")]
 
 
 def test_rolling_snapshots_never_push_periodic_ones_out(tmp_path):

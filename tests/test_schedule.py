@@ -39,3 +39,11 @@ def test_due_every_period_and_never_for_zero():
 def test_due_at_the_last_iteration_when_it_is_given():
     assert [it for it in range(1, 11) if due(it, 4, last=10)] == [4, 8, 10]
     assert not any(due(it, 0, last=10) for it in range(1, 11))  # 0 stays "never"
+
+
+@pytest.mark.parametrize("decay_rate", [10, 10.0])
+def test_a_decay_power_beyond_a_float_is_a_rate_of_zero_not_an_overflow(decay_rate):
+    config = schedule(decay_rate=decay_rate, stepsize=1, max_iter=2 ** 63 - 1)
+    assert learning_rate_at(308, config) == pytest.approx(0.01 / 10.0 ** 307, rel=1e-12)
+    assert learning_rate_at(400, config) == 0.0  # 10 ** 399: beyond a float
+    assert learning_rate_at(2 ** 63 - 1, config) == 0.0  # at once, not a huge power

@@ -8,6 +8,8 @@ gradient: equal parameters mean equal gradients at every step.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -182,3 +184,86 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
     assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
     assert_one_record(root, 14)
+
+
+def test_scancel_of_a_job_whose_resume_signal_is_term_leaves_it_cancelled(
+        slurm, tmp_path, coco128):
+    """stop_signal TERM and --requeue: scancel's SIGTERM stops the run with a snapshot, as the
+    resume signal does, but the job is cancelled, so nobody requeues it."""
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000,
+                              stop_signal="TERM")
+    out = tmp_path / "job.out"
+    job = submit(slurm, config_dir, out, "--time=10")
+    wait_for_line(out, "iteration 3: loss", timeout=240)
+    slurm.cmd("scancel", str(job))
+    wait_for_line(out, f"SLURM job {job} is COMPLETING (cancelled by scancel", timeout=60)
+    state = slurm.wait_done(job, timeout=120)
+    time.sleep(15)  # a requeue would have queued the job again by now (the fixture's settings)
+    state = slurm.state(job) or state
+    text = out.read_text(errors="replace")
+    assert state["JobState"] == "CANCELLED" and state.get("Restarts", "0") == "0", text[-3000:]
+    assert f"requeued SLURM job {job}" not in text
+    time.sleep(2)
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def test_a_task_that_dies_ends_the_job_step_at_once(slurm, tmp_path, coco128):
+    """--kill-on-bad-exit=1 in the template: a rank killed by SIGKILL ends the step in seconds,
+    although the peer watch is told to wait ten minutes (CORNERNET_HEARTBEAT_S=600)."""
+    root = tmp_path / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000)
+    out = tmp_path / "job.out"
+    job = slurm.sbatch(
+        f"--chdir={REPO}", "--ntasks-per-node=2", f"--gpus-per-node={GPUS}",
+        "--cpus-per-task=1", f"--output={out}", "--open-mode=append", "--time=10",
+        f"--export=ALL,PYTHON={sys.executable},OMP_NUM_THREADS=1,CORNERNET_HEARTBEAT_S=600",
+        str(TEMPLATE), NAME, "--config-dir", str(config_dir), "--workers", "1")
+    wait_for_line(out, "iteration 3: loss", timeout=240)
+    ranks = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()
+             and "train.py" in cmdline(int(entry.name)) and str(config_dir) in
+             cmdline(int(entry.name)) and b"SLURM_PROCID=1\0" in _environ(int(entry.name))]
+    assert len(ranks) == 1, ranks
+    killed = time.monotonic()
+    os.kill(ranks[0], signal.SIGKILL)
+    state = slurm.wait_done(job, timeout=120)
+    assert time.monotonic() - killed < 90  # not the heartbeat's 600 s, not the time limit
+    assert state["JobState"] in {"FAILED", "CANCELLED"}, out.read_text(errors="replace")[-3000:]
+    time.sleep(2)
+    assert not leftovers(tmp_path), leftovers(tmp_path)
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return (Path("/proc") / str(pid) / "environ").read_bytes() + b"\0"
+    except OSError:
+        return b""
+
+
+def submit_py(cluster, tmp_path, *args: str):
+    import subprocess
+    return subprocess.run([sys.executable, str(REPO / "tools" / "submit.py"), *args,
+                           "--folder", str(tmp_path / "submitit")],
+                          env={**cluster.env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=600, check=False, cwd=REPO)
+
+
+def test_submit_py_a_refusal_by_sbatch_is_one_line(slurm, tmp_path):
+    pytest.importorskip("submitit")
+    done = submit_py(slurm, tmp_path, NAME, "--partition", "nowhere", "--hours", "0.2",
+                     "--", "--config-dir", str(write_config(tmp_path, Path("/nonexistent"))))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: sbatch refused the job: ")
+    assert "partition" in lines[0].lower()
+
+
+def test_submit_py_wait_on_a_failing_job_is_one_line(slurm, tmp_path):
+    pytest.importorskip("submitit")
+    config_dir = write_config(tmp_path, Path("/nonexistent"))  # its images are nowhere
+    done = submit_py(slurm, tmp_path, NAME, "--gpus-per-node", "1", "--cpus-per-task", "1",
+                     "--hours", "0.2", "--wait", "--", "--config-dir", str(config_dir),
+                     "--workers", "1")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1, done.stderr
+    assert len(errors) == 1 and "failed:" in errors[0] and "Traceback" not in done.stderr

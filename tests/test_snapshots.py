@@ -23,6 +23,19 @@ def test_latest_passes_over_a_damaged_newest_snapshot(tmp_path, tiny_db):
     assert any("P_6.pkl" in line and "does not load" in line for line in said)
 
 
+def test_a_hand_copied_snapshot_with_leading_zeros_is_passed_over_and_named(tmp_path, tiny_db):
+    nnet = factory(tmp_path, tiny_db)
+    for it in (2, 4):
+        nnet.save_params(it)
+    copy = nnet.system_config.snapshot_dir / "P_007.pkl"
+    copy.write_bytes(nnet.system_config.snapshot_file(4).read_bytes())
+    said = []
+    assert latest(nnet.system_config, said.append) == 4
+    assert list(numbered(nnet.system_config)) == [2, 4]
+    assert said == [("P_007.pkl is not a snapshot name (leading zeros), passed over; rename it "
+                    "P_7.pkl to resume from it")]
+
+
 def test_latest_without_snapshots_starts_from_scratch_and_says_so(tmp_path):
     said = []
     assert latest(snapshot_config(tmp_path), said.append) == 0

@@ -16,11 +16,15 @@ import json
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import torch
 
 from core.config import CONFIG_DIR, load_config
 from core.engine.cli import run_cli
 from core.models import build_model
+from core.models.fit import check_input_fit
 from core.nnet.cost import (
     cuda_step_peak_bytes,
     forward_flops,
@@ -82,6 +86,8 @@ def format_report(report: dict) -> str:
 
 def main(args: argparse.Namespace) -> dict:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    check_input_fit(system_config.model_name, db_config["categories"], args.test_size,
+                    "--test-size")
     report = analyze(system_config, db_config, tuple(args.test_size), torch.device(args.device))
     print(format_report(report))
     if args.json is not None:

@@ -24,9 +24,13 @@ import json
 import sys
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
+from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -34,6 +38,7 @@ from core.inference.error_analysis import (
     breakdown,
     confusion_matrix,
     format_breakdown,
+    read_json,
     read_run,
     shuffled_truth,
 )
@@ -51,9 +56,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default: system.max_iter)")
     parser.add_argument("--split", choices=list(SPLITS), default="validation")
     parser.add_argument("--suffix", default=None, help="as given to test.py")
-    parser.add_argument("--score-thresh", type=float, default=0.3,
+    parser.add_argument("--score-thresh", type=unit_interval, default=0.3,
                         help="detections counted in the confusion matrix score above this")
-    parser.add_argument("--iou-thresh", type=float, default=0.5,
+    parser.add_argument("--iou-thresh", type=unit_interval, default=0.5,
                         help="IoU at which a detection is on an object in the confusion matrix")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -106,7 +111,12 @@ def main(args: argparse.Namespace) -> dict:
         if not path.is_file():
             raise UsageError(f"{path} does not exist: run python test.py {args.cfg_file} "
                              f"--testiter {testiter} first")
-    summary = json.loads(summary_file.read_text())
+    summary = read_json(summary_file, "the metrics file")
+    if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
+            and isinstance(summary.get("annotation_file"), str)):
+        raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
+                         f"another version?); run python test.py {args.cfg_file} --testiter "
+                         f"{testiter} again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
     image_ids = [db.image_id(ind) for ind in db.db_inds[:summary["num_images"]]]

@@ -2,13 +2,17 @@
 """Export a snapshot as one ONNX graph with the decoding inside, then check it.
 
     python tools/export.py <Cfg> [--testiter N|best] [--out PATH] [--opset K] [--image IMG]
+                           [--raw-weights] [--max-map N]
 
 Writes cache/nnet/<Cfg>/<Cfg>_<iter>.onnx (or --out): input `image` (B, 3, H, W) float32,
 normalised, B, H and W dynamic; outputs `detections` (B, num_dets, 8) float32 and, for Saccade,
-`att0..att2`. Then runs onnx.checker, runs the file in onnxruntime on a real image (--image, by
-default the first of the config's validation split) with its mirror image as a batch of 2, and
-prints the largest differences from torch with the tolerance rule of the parity references.
-Needs the onnx extra: pip install -e ".[onnx]".
+`att0..att2`. Before anything is written, it runs onnx.checker, runs the graph in onnxruntime on
+a real image (--image, by default the first of the config's validation split) with its mirror
+image as a batch of 2, and prints the largest differences from torch with the tolerance rule of
+the parity references; only a graph that passes replaces the file (atomically: a failed or killed
+export leaves the previous file and no temporary one). The file records the snapshot it holds
+(iteration, which weights, their digest, the largest input side), which the onnxruntime runtime
+compares. Needs the onnx extra: pip install -e ".[onnx]".
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import argparse
 import sys
 import time
 from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cv2
 import numpy as np
@@ -38,11 +45,22 @@ from core.nnet.export import (
     metadata,
     output_names,
     size_rule,
+    weights_digest,
 )
 from core.nnet.py_factory import NetworkFactory
+from core.utils.files import (
+    check_free_disk,
+    probe_writable,
+    remove_stale_temp_files,
+    snapshot_bytes,
+    write_file_atomic,
+)
 from core.utils.images import ImageReadError, read_image
 
 DEFAULT_OPSET = 18
+# The opsets the exporter and onnxruntime can both hold for this graph (torch's exporter writes
+# opset 18 and converts; below 18 the conversion of our ops fails).
+OPSETS = range(18, 24)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,7 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="snapshot iteration or 'best' (default: system.max_iter)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the .onnx file (default: beside the snapshot)")
-    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET)
+    parser.add_argument("--opset", type=int, default=DEFAULT_OPSET,
+                        help=f"ONNX opset, {OPSETS.start} to {OPSETS.stop - 1} (default "
+                             f"{DEFAULT_OPSET})")
+    parser.add_argument("--raw-weights", action="store_true",
+                        help="export the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--image", type=Path, default=None,
                         help="the image of the check (default: the validation split's first)")
     parser.add_argument("--max-map", type=int, default=DEFAULT_MAX_MAP,
@@ -67,6 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         except ValueError:
             parser.error(f"--testiter: expected an iteration number or 'best', got "
                          f"{args.testiter!r}")
+    if args.opset not in OPSETS:
+        parser.error(f"--opset {args.opset}: this export writes opsets {OPSETS.start} to "
+                     f"{OPSETS.stop - 1}")
+    if args.max_map < 1:
+        parser.error(f"--max-map must be at least 1, got {args.max_map}")
     return args
 
 
@@ -107,7 +134,9 @@ def main(args: argparse.Namespace) -> Path:
         db = dataset(db_config, split=None, sys_config=system_config)  # then --image is needed
     out = args.out or onnx_file(system_config, testiter)
     nnet = NetworkFactory(system_config, db, device="cpu")
-    nnet.load_params(testiter, model_only=True)
+    check_out(out, sum(p.numel() for p in nnet.model.parameters()))
+    snapshot = nnet.load_params(testiter, model_only=True)
+    nnet.use_ema = not args.raw_weights
     nnet.eval_mode()
     # The weights test.py evaluates: their average when the snapshot holds one (ema_decay).
     model = nnet.ema.module if nnet.evaluated_weights == "ema" else nnet.model
@@ -125,21 +154,26 @@ def main(args: argparse.Namespace) -> Path:
     rule = size_rule(model)
     graph = DeployGraph(model, settings, args.max_map)
     example = torch.zeros(2, 3, rule["multiple"] - 1, 2 * rule["multiple"] - 1)
+    max_side = args.max_map * rule["stride"]
     meta = metadata(args.cfg_file, str(system_config.model or args.cfg_file),
-                    int(db.configs["categories"]), settings, rule, output_names(model), testiter,
-                    nnet.evaluated_weights)
+                    int(db.configs["categories"]), settings, rule, output_names(model),
+                    int(snapshot.get("iteration", testiter)), nnet.evaluated_weights,
+                    weights_digest(model.state_dict()), max_side)
     start = time.perf_counter()
-    names = export_onnx(graph, out, example, args.opset, meta, args.max_map * rule["stride"])
+    try:
+        content, names = export_onnx(graph, example, args.opset, meta, max_side)
+    except ValueError as err:  # an opset the exporter fell back from
+        raise UsageError(f"--opset {args.opset}: {err}; choose another --opset") from None
     seconds = time.perf_counter() - start
-    print(f"wrote {out} ({out.stat().st_size / 2**20:.1f} MiB, opset {args.opset}, "
-          f"{seconds:.0f} s); onnx.checker passed")
+    print(f"exported {len(content) / 2**20:.1f} MiB, opset {args.opset}, {seconds:.0f} s; "
+          f"onnx.checker passed")
     print(f"input: image (B, 3, H, W) float32, normalised; B dynamic, H and W "
           f"{describe_sizes(rule)}, up to {args.max_map * rule['stride']}")
     print(f"outputs: {', '.join(names)}; detections (B, {settings['num_dets']}, 8) "
           "[x1, y1, x2, y2, score, tl_score, br_score, cls] in output-map coordinates"
           + ("; att<j> (B, 1, h_j, w_j) attention after sigmoid" if model.with_att else ""))
 
-    runtime = OnnxNetwork(out, args.cfg_file, int(db.configs["categories"]))
+    runtime = OnnxNetwork(out, args.cfg_file, int(db.configs["categories"]), content=content)
     got = _outputs(runtime.test(batch, **settings), model.with_att)
     report = compare_outputs(got, reference)
     shape = "x".join(map(str, batch.shape))
@@ -150,8 +184,21 @@ def main(args: argparse.Namespace) -> Path:
           + f"; valid detections {report['valid']}; {verdict} the tolerance |d| <= "
           "1e-4*mean|ref| + 1e-4*|ref| (shared/reference/README.md section 6)")
     if not report["ok"]:
-        raise RuntimeError(f"{out} does not reproduce torch: {report.get('error', report)}")
+        raise RuntimeError(f"the export does not reproduce torch: {report.get('error', report)}; "
+                           f"{out} was not written (a previous file there is unchanged)")
+    write_file_atomic(out, lambda file: file.write(content))
+    print(f"wrote {out} ({nnet.evaluated_weights} weights of iteration {meta['iteration']})")
     return out
+
+
+def check_out(out: Path, num_params: int) -> None:
+    """One line, before the minutes of export, unless `out` can be written: not a folder, its
+    folder writable with room for the file. Removes the temporary files of killed exports."""
+    if out.is_dir():
+        raise UsageError(f"--out {out} is a folder: name the .onnx file to write")
+    probe_writable(out.parent, "--out")
+    check_free_disk(out.parent, snapshot_bytes(num_params, False), "the exported file", "--out")
+    remove_stale_temp_files(out.parent)
 
 
 def _outputs(found: object, with_att: bool) -> list[np.ndarray]:

@@ -20,6 +20,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from core.config import load_config
 from core.engine.cli import report
 from core.engine.metrics import read_lines
@@ -76,7 +79,12 @@ def select_curves(records: list[dict], where: Path) -> Curves:
                            f"wait for the first display interval")
     names = ["loss"]
     for record in training:
-        names += [term for term in record.get("terms", []) if term not in names]
+        terms = record.get("terms", [])
+        if not (isinstance(terms, list) and all(isinstance(term, str) for term in terms)):
+            print(f"note: {where}: iteration {record['iteration']}: \"terms\" is "
+                  f"{terms!r}, not a list of names; its terms are left out", file=sys.stderr)
+            continue
+        names += [term for term in terms if term not in names]
     names += ["val_loss"] if any("val_loss" in r for r in records) else []
     # COCO gives -1 for an AP it could not compute (no objects of that kind): not plotted.
     ap = {key: _series(records, key, minimum=0.0) for key in AP_KEYS}

@@ -8,12 +8,17 @@ instead of failing hours later or, worse, running on nonsense:
 - lists whose entries have a shape (`output_sizes` is a list of [height, width] pairs);
 - names used as path components (`snapshot_name`, the split keys) that must be plain names,
   so that nothing is written outside the configured folders;
+- values the code cannot hold: integers beyond 64 bits (`max_iter`, `seed`, counts reach
+  torch and numpy as int64), a weight decay above 1, a `top_k` whose corner pairs (top_k ** 2
+  per image and class) no memory holds; and `decay_rate` below 1, which the step schedule divides by, so it
+  would raise the learning rate at every step (PyTorch's `gamma` is its inverse): refused;
 (input and output sizes that a model can produce are checked by `core.models.fit`).
 Every failure is a ConfigError with one line naming the key, the value and what to do.
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from typing import Any
@@ -30,6 +35,10 @@ _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_cro
 _NON_NEGATIVE_DB = ("border", "min_scale", "nms_threshold", "ae_threshold")
 _POSITIVE_LISTS = ("rand_scales", "test_scales", "init_sizes", "att_ratios", "att_nms_ks")
 _PATH_DICTS = ("image_dirs", "annotation_files")
+# Integers reach torch and numpy as int64.
+INT64 = 2 ** 63
+# Decoding scores top_k * top_k corner pairs per image and class: 4096 is 64 MiB of float32.
+MAX_TOP_K = 4096
 
 
 def _is_number(value: Any) -> bool:
@@ -37,9 +46,13 @@ def _is_number(value: Any) -> bool:
 
 
 def check_finite(section: str, key: str, value: Any, where: str) -> None:
-    """Numbers, also inside lists, must be finite: JSON readers accept NaN and Infinity."""
+    """Numbers, also inside lists, must be finite (JSON readers accept NaN and Infinity) and
+    integers within 64 bits."""
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{where}: {section}.{key} must be a finite number, got {value}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        raise ConfigError(f"{where}: {section}.{key} is {value}, beyond the 64-bit integers the "
+                          f"code holds (below 2**63 = {INT64})")
     if isinstance(value, list):
         for item in value:
             check_finite(section, key, item, where)
@@ -71,6 +84,11 @@ def check_system_rules(configs: dict, where: str) -> None:
     for key in ("learning_rate", "weight_decay"):
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 or more, got {configs[key]}")
+    if configs["weight_decay"] > 1:
+        raise ConfigError(f"{where}: system.weight_decay must be at most 1 (it scales the "
+                          f"weights' own pull on every step; 1e-4 to 5e-2 are usual), got "
+                          f"{configs['weight_decay']}")
+    _check_schedule(configs, where)
     decay = configs["ema_decay"]
     if decay is not None and not 0 < decay < 1:
         raise ConfigError(f"{where}: system.ema_decay must lie between 0 and 1 (0.9998 as YOLOX, "
@@ -87,6 +105,17 @@ def check_system_rules(configs: dict, where: str) -> None:
         check_plain_name(configs["snapshot_name"], "system.snapshot_name", where)
     for key in ("train_split", "val_split", "test_split"):
         check_plain_name(configs[key], f"system.{key}", where)
+
+
+def _check_schedule(configs: dict, where: str) -> None:
+    """decay_rate divides the learning rate every `stepsize` iterations: at least 1 (its power
+    beyond a float is a rate of 0, see core.engine.schedule)."""
+    rate = configs["decay_rate"]
+    if rate < 1:
+        raise ConfigError(f"{where}: system.decay_rate {rate} is below 1: the learning rate is "
+                          f"divided by it every system.stepsize iterations, so it would grow "
+                          f"(PyTorch's gamma is its inverse: gamma {rate} is decay_rate "
+                          f"{1 / rate:g}); use a decay_rate of 1 or more")
 
 
 def _positive_int_pair(value: Any) -> bool:
@@ -116,6 +145,10 @@ def check_db_rules(configs: dict, where: str) -> None:
     for key in _POSITIVE_DB:
         if configs[key] <= 0:
             raise ConfigError(f"{where}: db.{key} must be greater than 0, got {configs[key]}")
+    if configs["top_k"] > MAX_TOP_K:
+        raise ConfigError(f"{where}: db.top_k {configs['top_k']} is more than {MAX_TOP_K}: "
+                          f"decoding scores top_k * top_k corner pairs per image and class "
+                          f"(100 is the original's largest)")
     for key, kernels in (("nms_kernel", [configs["nms_kernel"]]),
                          ("att_nms_ks", configs["att_nms_ks"])):
         if any(isinstance(k, int) and k % 2 == 0 for k in kernels):
@@ -156,3 +189,14 @@ def check_decode_settings(configs: dict, where: str = "db config") -> None:
         raise ConfigError(f"{where}: db.num_dets {configs['num_dets']} is more than the "
                           f"top_k * top_k = {configs['top_k'] ** 2} corner pairs there are; "
                           f"lower db.num_dets or raise db.top_k")
+
+
+def unit_interval(text: str) -> float:
+    """An argparse type for scores and IoU thresholds: a number in [0, 1] (never NaN)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value

@@ -277,8 +277,15 @@ class SystemConfig:
 
 def config_path(name: str, config_dir: Path = CONFIG_DIR) -> Path:
     """The file of config `name`; names are never paths, unknown ones list the valid names."""
-    available = sorted(p.stem for p in config_dir.glob("*.json"))
-    if not NAME.match(name) or not (config_dir / f"{name}.json").is_file():
+    available = sorted(p.stem for p in config_dir.glob("*.json") if NAME.match(p.stem))
+    if not NAME.match(name):  # never "did you mean" itself: say what a name must be
+        plain = "a plain name (letters, digits, '_', '.', '-'): it names the cache and result folders"
+        if "/" not in name and (config_dir / f"{name}.json").is_file():
+            raise ConfigError(f"config {name!r} in {config_dir} is not {plain}; rename "
+                              f"{name}.json to one")
+        raise ConfigError(f"unknown config {name!r} (looked in {config_dir}): a config is "
+                          f"{plain}, never a path")
+    if not (config_dir / f"{name}.json").is_file():
         raise ConfigError(f"unknown config '{name}' (looked in {config_dir}); "
                           f"{closest(name, available) if available else 'no configs found'}")
     return config_dir / f"{name}.json"

@@ -25,6 +25,7 @@ import numpy as np
 
 from core.config import ConfigError, SystemConfig, lookup
 from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
+from core.utils.images import ImageReadError, read_image
 
 from .detection import DETECTION, DatasetError
 
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 _DEFAULT_FOLDERS = {"trainval": "trainval2014", "minival": "minival2014", "testdev": "testdev2017"}
 # Part of the cache key: bump it when the parsed format or the box rules change.
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: clipped_images
 
 
 class COCO(DETECTION):
@@ -85,6 +86,8 @@ class COCO(DETECTION):
             _check_trainable(parsed, annotation_file, self._split)
         for message in parsed["problems"]:
             logger.warning(message)
+        for message in _size_disagreements(parsed["clipped_images"], image_dir, annotation_file):
+            logger.warning(message)
 
         self._set_classes(categories, parsed["category_names"])
         self._set_images(image_dir, parsed["file_names"], parsed["image_ids"],
@@ -92,6 +95,23 @@ class COCO(DETECTION):
                          _per_image(parsed["crowds"], parsed["crowd_counts"]))
         self._annotation_file = annotation_file
         self._has_annotations = parsed["has_annotations"]
+
+
+def _size_disagreements(examples: list, image_dir: Path, annotation_file: Path) -> list[str]:
+    """Boxes clipped to an image often mean the file's sizes are not the images' (annotations
+    made for resized copies): the images of a few clipped boxes are measured, and a size that
+    disagrees is said, with what to fix."""
+    found = []
+    for file_name, width, height in examples:
+        try:
+            real = read_image(image_dir / file_name).shape[:2]
+        except ImageReadError:
+            continue
+        if (real[1], real[0]) != (width, height):
+            found.append(f"{annotation_file}: image {file_name} is {real[1]}x{real[0]} but the "
+                         f"file declares {width:g}x{height:g}: boxes are clipped to the declared "
+                         f"size; fix the image sizes (and boxes) in the annotation file")
+    return found
 
 
 def _check_trainable(parsed: dict, annotation_file: Path, split: str) -> None:
@@ -140,7 +160,8 @@ def _cached_parse(path: Path, cache_dir: Path) -> dict:
     return parsed
 
 
-_META_KEYS = ("file_names", "category_ids", "category_names", "has_annotations", "problems")
+_META_KEYS = ("file_names", "category_ids", "category_names", "has_annotations", "problems",
+              "clipped_images")
 _ARRAY_KEYS = {"image_ids": (np.int64, 1), "boxes": (np.float32, 2),
                "box_counts": (np.int64, 1), "crowds": (np.float32, 2),
                "crowd_counts": (np.int64, 1)}
@@ -220,7 +241,8 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     Returns a dict: file_names [N] str, image_ids (N,) int64, boxes (M, 5) float32
     [x1, y1, x2, y2, cls] with box_counts (N,) int64 per image in order, crowds (K, 4) float32
     with crowd_counts (N,) int64, category_ids / category_names sorted by id, has_annotations,
-    problems (messages about clipped or dropped boxes, one per kind).
+    problems (messages about clipped or dropped boxes, one per kind), clipped_images (up to
+    three [file_name, width, height] of images with clipped boxes, as the file declares them).
     """
     try:
         content = json.loads(raw)
@@ -270,6 +292,7 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     crowds: list[list[list[float]]] = [[] for _ in rows]
     clipped = _Problems("clipped to the image (they extended outside it)")
     dropped = _Problems("dropped (zero or negative size after clipping)")
+    clipped_images: list[list] = []  # [file_name, declared width, height] of the first three
     for index, ann in enumerate(content.get("annotations", [])):
         what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
                 else f"annotation entry #{index}")
@@ -297,6 +320,9 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         example = f"{what}: bbox {bbox} in the {width:g}x{height:g} image id {ann['image_id']}"
         if box != [x1, y1, x2, y2]:
             clipped.add(example)
+            named = [entry[0] for entry in clipped_images]
+            if len(clipped_images) < 3 and content["images"][row]["file_name"] not in named:
+                clipped_images.append([content["images"][row]["file_name"], width, height])
         if box[2] <= box[0] or box[3] <= box[1]:
             dropped.add(example)
             continue
@@ -318,4 +344,5 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         "category_names": [str(category.get("name", category["id"])) for category in categories],
         "has_annotations": "annotations" in content,
         "problems": [m for m in (clipped.message(path), dropped.message(path)) if m],
+        "clipped_images": clipped_images,
     }

@@ -21,7 +21,7 @@ from ..config import SystemConfig
 from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
 from ..data.ring import probe_batch
-from ..dbs import datasets
+from ..dbs import DatasetError, datasets
 from ..errors import Stopped, lookup
 from ..inference.coco_eval import require_backend
 from ..nnet.py_factory import NetworkFactory
@@ -106,6 +106,20 @@ def _check_storage(system_config: SystemConfig, log: Log) -> None:
         log(f"removed {path.name}, left by an interrupted snapshot write")
 
 
+def _check_val_split(make_val_db: Callable[[], DETECTION], split: str) -> None:
+    """The split of the validation loss (system.val_iter) loads and has images: a missing or
+    malformed file now, in one line, not at the first validation."""
+    try:
+        db = make_val_db()
+    except (DatasetError, FileNotFoundError) as err:
+        raise DatasetError(f"validation split '{split}' (system.val_iter is set): {err}; fix "
+                           f"it, or set system.val_iter to 0") from None
+    if not len(db.db_inds):
+        raise DatasetError(f"{db.annotation_file}: the validation split '{split}' "
+                           f"(system.val_iter is set) has no images; list its images, or set "
+                           f"system.val_iter to 0")
+
+
 def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory, share: Deal,
               world: int, log: Log) -> None:
     log("system config:\n" + pprint.pformat(system_config.full))
@@ -153,6 +167,9 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                          rank, world, distributed)
     if system_config.eval_iter and not args.initialize:
         evaluate.check(training_db)  # a validation split that cannot be scored: now, not later
+    if system_config.val_iter and not args.initialize:
+        _check_val_split(functools.partial(make_db, split=system_config.val_split),
+                         system_config.val_split)
     share = deal(system_config, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,

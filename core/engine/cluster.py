@@ -87,7 +87,16 @@ def slurm_task(env: Mapping[str, str] | None = None) -> SlurmTask:
     job_id = env.get("SLURM_JOB_ID", "0")
     host = env.get("MASTER_ADDR") or first_host(env["SLURM_JOB_NODELIST"])
     port = env.get("MASTER_PORT") or derived_port(job_id, env.get("SLURM_RESTART_COUNT"))
-    return SlurmTask(rank, world, local, nodes, f"tcp://{host}:{port}", job_id)
+    return SlurmTask(rank, world, local, nodes, tcp_url(host, port), job_id)
+
+
+def tcp_url(host: str, port: int | str) -> str:
+    """`tcp://host:port`, an IPv6 address in brackets (`MASTER_ADDR=::1` -> tcp://[::1]:port);
+    a port that is not one (1-65535) is a ConfigError naming MASTER_PORT."""
+    if not str(port).isdigit() or not 1 <= int(port) <= 65535:
+        raise ConfigError(f"MASTER_PORT={port!r}: expected a port number from 1 to 65535")
+    host = host.strip().removeprefix("[").removesuffix("]")
+    return f"tcp://[{host}]:{int(port)}" if ":" in host else f"tcp://{host}:{int(port)}"
 
 
 def gpu_of(local: int, visible: int) -> int:

@@ -41,12 +41,14 @@ from ..utils import dist as dist_utils
 from ..utils import lock
 from ..utils import procs as lifetime
 from ..utils.device import configure, distributed_kind, rank_device, resolve_device
+from ..utils.env import check_environment
 from ..utils.peers import broken_collective
 from ..utils.procs import process_identity
 from . import cluster, preempt, stop
 from .agree import check_same_config
 from .cli import USER_MISTAKES, describe, report, with_trace
 from .preflight import check_args, preflight, tidy_temp
+from .stop import RESUME_STATUS
 
 # train(args, system_config, db_config, rank, world, device, distributed, watch) -> exit status
 Train = Callable[..., int]
@@ -147,7 +149,8 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
     rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
-        check_args(args)  # again here: torchrun's processes start without launch's checks
+        check_environment()  # again here: torchrun's processes start without launch's checks
+        check_args(args)
         system_config, db_config = load_config(args.cfg_file, args.config_dir)
         device = resolve_device(args.device) if not distributed else None
         if distributed:
@@ -164,8 +167,13 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         configure(device, system_config.deterministic, fixed_sizes=True)
         status = train(args, system_config, db_config, rank, world, device, distributed, watch)
-        return preempt.requeue(status, args, system_config, rank, functools.partial(
+        status = preempt.requeue(status, args, system_config, rank, functools.partial(
             print, flush=True))
+        if rank and status in STOP_CODES | {RESUME_STATUS} and cluster.in_job_step():
+            # Rank 0 speaks for a stopped job step: a non-zero exit here would make srun
+            # (--kill-on-bad-exit) end rank 0 while it writes the snapshot and requeues.
+            return 0
+        return status
     except KeyboardInterrupt:  # a second Ctrl-C: stop now, quietly
         return 128 + signal.SIGINT
     except Exception as err:  # noqa: BLE001 - every failure becomes one report
@@ -197,6 +205,7 @@ def launch(args: argparse.Namespace, train: Train) -> int:
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
+        check_environment()  # CORNERNET_* values, before any process or watch thread reads one
         check_args(args)
         if args.distributed and cluster.in_job_step():  # srun started this process as a rank
             cluster.adopt(args, cluster.slurm_task())

@@ -126,12 +126,15 @@ class BarWriter:
 
 
 def tensorboard_writer(folder: Path, start: int, log: Callable[[str], None]) -> Writer | None:
-    """A TensorBoardWriter, or None (said in one line) without the `tensorboard` package."""
+    """A TensorBoardWriter, or None (said in one line) without a working `tensorboard`
+    package: missing, or installed but failing on import (a protobuf or numpy it does not
+    fit); the run goes on with its other writers."""
     try:
         return TensorBoardWriter(folder, start)
-    except ImportError:
-        log('TensorBoard is off: pip install -e ".[tensorboard]" to get event files in '
-            f"{folder}")
+    except Exception as err:  # noqa: BLE001 - a broken install raises anything on import
+        first = (str(err).strip().splitlines() or [""])[0]
+        log(f"TensorBoard is off ({type(err).__name__}: {first}); the metrics still go to "
+            f'metrics.jsonl; pip install -e ".[tensorboard]" to get event files in {folder}')
         return None
 
 

@@ -40,16 +40,41 @@ class SnapshotClock:
         self.last = self.clock()
 
 
+# JobStates of a job that is being ended: from the moment of a `scancel`, while its tasks still
+# run, it is COMPLETING (CANCELLED once they are gone). A resume signal (`--signal`, `scancel
+# --signal`, a preemption's warning) leaves it RUNNING.
+ENDING = ("COMPLETING", "CANCELLED")
+
+
+def job_state(job: str) -> str | None:
+    """The JobState `scontrol show job` reports for `job`, or None when it cannot be asked."""
+    try:
+        done = subprocess.run(["scontrol", "show", "job", "-o", job], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    fields = dict(item.split("=", 1) for item in done.stdout.split() if "=" in item)
+    return fields.get("JobState") if done.returncode == 0 else None
+
+
 def requeue(status: int, args: Any, system_config: Any, rank: int,
             log: Callable[[str], None]) -> int:
     """After a stop by the resume signal, rank 0 of a SLURM job with requeue on runs `scontrol
-    requeue $SLURM_JOB_ID`; SLURM ends this job and queues it again. Returns `status`."""
+    requeue $SLURM_JOB_ID`; SLURM ends this job and queues it again. A job being ended
+    (`ENDING`: cancelled by `scancel`, whose SIGTERM is the resume signal under `stop_signal:
+    "TERM"`) is never requeued: a cancel stays a cancel. Returns `status`."""
     wanted = getattr(args, "requeue", False) or system_config.requeue
     job = os.environ.get("SLURM_JOB_ID")
     if status != RESUME_STATUS or not wanted or rank != 0:
         return status
     if not job:
         log("note: requeue is on but this is not a SLURM job: resume it with --iter latest")
+        return status
+    state = job_state(job)
+    if state in ENDING:  # scancel sends TERM, which may be the resume signal
+        log(f"SLURM job {job} is {state} (cancelled by scancel, or its time is up): not "
+            f"requeued; to continue, submit it again (--iter latest continues from this "
+            f"snapshot)")
         return status
     try:
         done = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True,

@@ -1,7 +1,7 @@
 """Mistakes found before any training process starts, each in one line (exit 2).
 
-The settings, the deal of the batch to every process, what the device can run, sizes the model
-cannot take, /dev/shm for the prefetch rings of this node and (with `data`) the training split.
+The settings, the deal of the batch to every process, what the device can run and the
+process-group backend it can use, sizes the model cannot take, /dev/shm for the prefetch rings of this node and (with `data`) the training split.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from ..dbs import datasets
 from ..errors import ConfigError, lookup
 from ..models.fit import check_model_fit
 from ..utils.device import check_runtime, distributed_kind, resolve_device
+from ..utils.dist import check_backend
 from ..utils.files import check_shm
 from ..utils.procs import remove_dead_mp_folders
 
@@ -24,8 +25,10 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
-    check_runtime(system_config.amp, system_config.sync_bn, resolve_device(
-        distributed_kind(args.device) if args.distributed else args.device))
+    device = resolve_device(distributed_kind(args.device) if args.distributed else args.device)
+    check_runtime(system_config.amp, system_config.sync_bn, device)
+    if args.distributed:
+        check_backend(args.dist_backend, device.type)
     check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
     check_shm(shm_need(system_config, db_config, args.workers,

@@ -6,6 +6,8 @@ resumed run gets exactly the rates and the actions of an uninterrupted one.
 
 from __future__ import annotations
 
+import math
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,10 +20,15 @@ def learning_rate_at(iteration: int, system_config: SystemConfig) -> float:
     Step decay as the original: `learning_rate / decay_rate ** ((i - 1) // stepsize)`. During the
     first `warmup_iters` iterations it is multiplied by a factor rising linearly from
     `warmup_factor` at iteration 1 towards 1: `f + (1 - f) * (i - 1) / warmup_iters`; from
-    iteration `warmup_iters + 1` on the factor is 1.
+    iteration `warmup_iters + 1` on the factor is 1. Once `decay_rate ** steps` is beyond a
+    float (the rate below any float), the rate is 0: never an overflow, never a power of
+    millions of digits computed.
     """
     steps = (iteration - 1) // system_config.stepsize
-    rate = system_config.learning_rate / system_config.decay_rate ** steps
+    decay = system_config.decay_rate
+    if decay > 1 and steps * math.log(decay) > math.log(sys.float_info.max):
+        return 0.0
+    rate = system_config.learning_rate / decay ** steps
     warmup = system_config.warmup_iters
     if iteration <= warmup:
         factor = system_config.warmup_factor

@@ -6,6 +6,7 @@ Snapshots are `cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`; the best one by validation AP
 
 from __future__ import annotations
 
+import glob
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -21,8 +22,9 @@ if TYPE_CHECKING:
 
 
 def numbered(system_config: SystemConfig) -> dict[int, Path]:
-    """Iteration -> path of every numbered snapshot of the run, oldest first."""
-    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(\d+)\.pkl")
+    """Iteration -> path of every numbered snapshot of the run, oldest first. Only the names the
+    run writes count (`<Cfg>_7.pkl`): a copy named `<Cfg>_007.pkl` is not snapshot 7's file."""
+    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(0|[1-9]\d*)\.pkl")
     found = {}
     folder = system_config.snapshot_dir
     if folder.is_dir():
@@ -36,9 +38,16 @@ def numbered(system_config: SystemConfig) -> dict[int, Path]:
 def latest(system_config: SystemConfig, log: Callable[[str], None]) -> int:
     """The iteration of the newest snapshot that loads; 0 (said) when there is none.
 
-    A damaged newer snapshot (a crash mid-copy, a full disk) is named and passed over.
+    A damaged newer snapshot (a crash mid-copy, a full disk) is named and passed over, and so
+    is a file named like a snapshot with leading zeros (a hand copy).
     """
-    for iteration, path in reversed(numbered(system_config).items()):
+    found = numbered(system_config)
+    folder, name = system_config.snapshot_dir, system_config.snapshot_name
+    for path in sorted(folder.glob(f"{glob.escape(name)}_0*.pkl")) if folder.is_dir() else []:
+        if path not in found.values() and path.stem[len(name) + 1:].isdigit():
+            log(f"{path.name} is not a snapshot name (leading zeros), passed over; rename it "
+                f"{name}_{int(path.stem[len(name) + 1:])}.pkl to resume from it")
+    for iteration, path in reversed(found.items()):
         try:
             torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # reads no weights
         except Exception as err:  # noqa: BLE001 - any unreadable snapshot is skipped alike

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UsageError
+
 STEPS = ("C75", "C50", "Loc", "Sim", "Oth", "BG", "FN")
 RECALLS = np.linspace(0.0, 1.0, 101)  # the evaluator's recall points
 MAX_DETS = 100
@@ -208,14 +210,64 @@ def shuffled_truth(truth: dict[int, Boxes], seed: int = 0) -> dict[int, Boxes]:
             for image_id, g in truth.items()}
 
 
+def read_json(path: Path, what: str) -> object:
+    """A JSON file the analysis reads; a missing, unreadable or damaged one is a UsageError
+    naming it and what to do."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as err:
+        raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
+    except (ValueError, RecursionError) as err:
+        raise UsageError(f"{what} {path} is damaged ({err}); run test.py again to write it"
+                         ) from None
+
+
+def _check_results(results: object, results_file: Path, images: set[int],
+                   categories: set[int], annotation_file: Path) -> None:
+    """Every detection a COCO result ({image_id, category_id, bbox [x, y, w, h], score}) of an
+    image and a category of the annotation file; else one UsageError saying which."""
+    if not isinstance(results, list):
+        raise UsageError(f"{results_file} is not a COCO results list (it holds a "
+                         f"{type(results).__name__}); run test.py again to write it")
+    foreign_images, foreign_classes = set(), set()
+    for k, entry in enumerate(results):
+        try:
+            image, category = int(entry["image_id"]), int(entry["category_id"])
+            numbers = [float(v) for v in entry["bbox"]] + [float(entry["score"])]
+            if len(numbers) != 5 or not np.isfinite(numbers).all():
+                raise ValueError("bbox is not 4 finite numbers or score not finite")
+        except (KeyError, TypeError, ValueError) as err:
+            raise UsageError(f"{results_file}: detection {k} is not a COCO result "
+                             f"(image_id, category_id, bbox [x, y, w, h], score): "
+                             f"{type(err).__name__} {err}; run test.py again to write it"
+                             ) from None
+        if image not in images:
+            foreign_images.add(image)
+        if category not in categories:
+            foreign_classes.add(category)
+    if foreign_images or foreign_classes:
+        parts = ([f"image ids {sorted(foreign_images)[:5]}"] if foreign_images else []) + \
+            ([f"category ids {sorted(foreign_classes)[:5]}"] if foreign_classes else [])
+        raise UsageError(f"{results_file} names {' and '.join(parts)} that {annotation_file} "
+                         f"does not have: these results are of another dataset or split; run "
+                         f"test.py on this one again")
+
+
 def read_run(annotation_file: Path, results_file: Path, image_ids: Iterable[int] | None = None
              ) -> tuple[dict[int, Boxes], dict[int, Boxes], list[dict]]:
     """(truth, found, categories) of a COCO annotation file and a results file, on the images
-    of `image_ids` (default: every image of the annotation file)."""
-    gt = json.loads(Path(annotation_file).read_text())
-    results = json.loads(Path(results_file).read_text())
-    wanted = ({int(i) for i in image_ids} if image_ids is not None
-              else {int(image["id"]) for image in gt["images"]})
+    of `image_ids` (default: every image of the annotation file). A damaged file, or results
+    naming images or categories the annotation file lacks, is a one-line UsageError."""
+    gt = read_json(annotation_file, "the annotation file")
+    results = read_json(results_file, "the results file")
+    try:
+        all_images = {int(image["id"]) for image in gt["images"]}
+        all_classes = {int(category["id"]) for category in gt["categories"]}
+    except (KeyError, TypeError, ValueError) as err:
+        raise UsageError(f"{annotation_file} is not a COCO instances file ({type(err).__name__}"
+                         f" {err})") from None
+    _check_results(results, results_file, all_images, all_classes, annotation_file)
+    wanted = {int(i) for i in image_ids} if image_ids is not None else all_images
     by_image: dict[int, list] = {i: [] for i in wanted}
     for annotation in gt.get("annotations", []):
         if int(annotation["image_id"]) in wanted:

@@ -5,6 +5,12 @@ Both runtimes answer `test(images, **decode_kwargs)` as `NetworkFactory.test` do
 and the decoding (inside the graph) differ. The graph's metadata (see core/nnet/export.py) must
 name the config and class count being evaluated, and the decode settings it was exported with
 must be the ones asked for; anything else is a one-line error saying what to do.
+
+A file is also the export of one snapshot (`check_identity`): its iteration must be the one
+asked for (results are filed under it), its weight digest that of the snapshot's weights now
+(a retrained snapshot makes its old export stale), and its weights the ones asked for (the
+average, or the trained ones with --raw-weights). A file from before the identity was recorded
+is refused with the command that exports it again: nothing in it says which weights it holds.
 """
 
 from __future__ import annotations
@@ -18,7 +24,16 @@ import numpy as np
 import torch
 
 from core.config.rules import check_decode_settings
-from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
+from core.nnet.checkpoint import read_snapshot
+from core.nnet.export import (
+    IDENTITY_KEYS,
+    INPUT_NAME,
+    META_KEYS,
+    describe_sizes,
+    fits,
+    snapshot_weights,
+    weights_digest,
+)
 from core.nnet.py_factory import NetworkFactory
 from core.utils.device import resolve_device
 
@@ -68,8 +83,44 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
         raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
                          f"{system_config.snapshot_name} --testiter {testiter} or name one "
                          "with --onnx")
-    return OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
-                       str(resolve_device(device))), path
+    network = OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
+                          str(resolve_device(device)))
+    check_identity(network.meta, path, system_config, testiter, raw_weights)
+    return network, path
+
+
+def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testiter: int | str,
+                   raw_weights: bool) -> None:
+    """A one-line UsageError unless the exported file `path` (metadata `meta`) holds the
+    weights of snapshot `testiter` that are asked for (see the module docstring). Without the
+    snapshot file (only the export was copied) the iteration alone is compared."""
+    export = (f"python tools/export.py {system_config.snapshot_name} --testiter {testiter}"
+              + (" --raw-weights" if raw_weights else ""))
+    missing = [key for key in IDENTITY_KEYS if key not in meta]
+    if missing:
+        raise UsageError(f"{path} was exported before exports recorded their snapshot "
+                         f"(no {', '.join(missing)} in its metadata), so it cannot be told "
+                         f"from another snapshot's: export it again with {export}")
+    if raw_weights and meta["weights"] != "raw":
+        raise UsageError(f"{path} holds the average of the weights, but --raw-weights asks for "
+                         f"the trained ones: export them with {export}")
+    snapshot_path = system_config.snapshot_file(testiter)
+    snapshot = read_snapshot(snapshot_path) if snapshot_path.is_file() else None
+    # Results are filed under an asked number; `best` is the iteration its snapshot records.
+    iteration = testiter if isinstance(testiter, int) or snapshot is None else \
+        snapshot.get("iteration", testiter)
+    if isinstance(iteration, int) and meta["iteration"] != iteration:
+        raise UsageError(f"{path} was exported from iteration {meta['iteration']}, not "
+                         f"iteration {iteration} (--testiter {testiter}): export iteration "
+                         f"{iteration} with {export}, or evaluate --testiter "
+                         f"{meta['iteration']}")
+    if snapshot is not None:
+        weights = snapshot_weights(snapshot, meta["weights"])
+        if not weights or weights_digest(weights) != meta["digest"]:
+            raise UsageError(f"{path} is stale: it was exported from iteration "
+                             f"{meta['iteration']}'s earlier weights, and {snapshot_path.name} "
+                             f"(iteration {iteration}) now holds other ones (trained again "
+                             f"since): export it again with {export}")
 
 
 def _ort() -> Any:
@@ -99,7 +150,10 @@ class OnnxNetwork:
     OMP_NUM_THREADS sets), so both runtimes follow the same setting.
     """
 
-    def __init__(self, path: Path, config: str, categories: int, device: str = "cpu") -> None:
+    def __init__(self, path: Path, config: str, categories: int, device: str = "cpu",
+                 content: bytes | None = None) -> None:
+        """`content`: the file's bytes when they are not written yet (the export's own check);
+        `path` then only names it."""
         ort = _ort()
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
@@ -111,7 +165,8 @@ class OnnxNetwork:
                                  "onnxruntime-gpu; use --device cpu or install it")
             providers.insert(0, "CUDAExecutionProvider")
         try:
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
+            self.session = ort.InferenceSession(str(path) if content is None else content,
+                                                options, providers=providers)
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own plain types
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UsageError(f"{path} is not a readable ONNX file ({first}); export it again "
@@ -136,6 +191,12 @@ class OnnxNetwork:
                                                      fits(shape[3], rule)):
             raise UsageError(f"{self.path} cannot take an input of shape {tuple(shape)}: it "
                              f"needs (B, 3, H, W) with H and W {describe_sizes(rule)}")
+        largest = self.meta.get("max_side")
+        if largest is not None and max(shape[2:]) > largest:
+            raise UsageError(f"{self.path} is exact for inputs up to {largest} pixels a side, "
+                             f"not {tuple(shape)}: export it again with a larger --max-map "
+                             "(python tools/export.py ... --max-map N) or test at a smaller "
+                             "scale")
 
     def check_decode(self, kwargs: dict[str, Any]) -> None:
         """A one-line error unless `kwargs` are the decode settings the graph holds."""

@@ -29,6 +29,27 @@ def _fitting_input(size: int, stride: int, multiple: int) -> list[int]:
     return sorted({below * stride - 1, (below + multiple) * stride - 1})
 
 
+def check_input_fit(model_name: str, categories: int, size: tuple[int, int] | list[int],
+                    what: str = "db.input_size") -> tuple[nn.Module, int]:
+    """Refuse an input (height, width) the model `model_name` cannot take, naming it `what`
+    and the nearest sides that fit (see `check_model_fit`); returns the meta-device model and
+    its stride."""
+    height, width = size
+    model = _meta_model(model_name, categories)
+    with torch.no_grad():
+        levels = model.hg.hgs[0].n
+        multiple, probe = 2 ** levels, 2 ** (levels + 5)
+        stride = probe // model.hg.pre(torch.empty(1, 3, probe, probe, device="meta")).shape[-1]
+        for side, name in ((height, "height"), (width, "width")):
+            if side < 1 or math.ceil(side / stride) % multiple:
+                raise ConfigError(
+                    f"{what} {name} {side} does not fit model {model_name}: it "
+                    f"downsamples by {stride} and then halves {levels} times, so "
+                    f"input / {stride} (rounded up) must be a multiple of {multiple}; use "
+                    f"{' or '.join(map(str, _fitting_input(max(side, 1), stride, multiple)))}")
+    return model, stride
+
+
 def check_model_fit(model_name: str, db_configs: dict) -> None:
     """Refuse input and output sizes the model `model_name` cannot produce.
 
@@ -39,18 +60,8 @@ def check_model_fit(model_name: str, db_configs: dict) -> None:
     Sizes are found by running the model on the meta device (about a second, no memory).
     """
     height, width = db_configs["input_size"]
-    model = _meta_model(model_name, db_configs["categories"])
+    model, stride = check_input_fit(model_name, db_configs["categories"], (height, width))
     with torch.no_grad():
-        levels = model.hg.hgs[0].n
-        multiple, probe = 2 ** levels, 2 ** (levels + 5)
-        stride = probe // model.hg.pre(torch.empty(1, 3, probe, probe, device="meta")).shape[-1]
-        for side, name in ((height, "height"), (width, "width")):
-            if math.ceil(side / stride) % multiple:
-                raise ConfigError(
-                    f"db.input_size {name} {side} does not fit model {model_name}: it "
-                    f"downsamples by {stride} and then halves {levels} times, so "
-                    f"input / {stride} (rounded up) must be a multiple of {multiple}; use "
-                    f"{' or '.join(map(str, _fitting_input(side, stride, multiple)))}")
         try:
             cnvs, merges = model.hg(torch.empty(1, 3, height, width, device="meta"))
         except RuntimeError as err:

@@ -8,23 +8,28 @@ soft-NMS) stays in Python and is shared by both runtimes.
 
 The graph's metadata (`metadata`) names the config, the class count, the decode settings baked
 into the graph and the input sizes that fit, so a runtime can refuse a file that does not match.
+It also carries the snapshot's identity: its iteration, which weights were taken (the average or
+the trained ones), a digest of exactly those weights (`weights_digest`) and the largest input
+side the corner-pool scan is exact for (`max_side`), so a file is never taken for another
+snapshot's, for a retrained one, or run on an input its scan does not cover.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
-import os
 import warnings
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
+from core.models import strip_module_prefix
 from core.models.py_utils.corner_pool import (
     BottomPool,
     LeftPool,
@@ -40,7 +45,9 @@ DETECTIONS = "detections"
 DEFAULT_MAX_MAP = 512
 # The ONNX metadata keys written by `metadata` (values are JSON text).
 META_KEYS = ("config", "model", "categories", "decode", "size_rule", "outputs", "iteration",
-             "weights")
+             "weights", "digest", "max_side")
+# The keys that say which snapshot a file holds; a file without them predates them.
+IDENTITY_KEYS = ("iteration", "weights", "digest", "max_side")
 
 
 class ScanPool(nn.Module):
@@ -128,24 +135,59 @@ def describe_sizes(rule: dict[str, int]) -> str:
     return f"sides in {first}, ... (j*{multiple}-{stride - 1} to j*{multiple})"
 
 
+def weights_digest(state: Mapping[str, torch.Tensor]) -> str:
+    """A SHA-256 of a state dict: every entry's name, dtype, shape and bytes, in name order.
+
+    `module.` prefixes are dropped, so a model's state_dict and the same weights as a snapshot
+    or an official file (prefixed keys) give the same digest.
+    """
+    digest = hashlib.sha256()
+    for key, tensor in sorted(strip_module_prefix(state).items()):
+        value = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(f"{key}|{value.dtype}|{tuple(value.shape)}|".encode())
+        digest.update(value.view(torch.uint8).numpy().tobytes() if value.numel() else b"")
+    return digest.hexdigest()
+
+
+def snapshot_weights(snapshot: Mapping[str, Any], weights: str) -> Mapping[str, torch.Tensor]:
+    """The state dict of `weights` ("ema" or "raw") in a loaded snapshot file (ours, or an
+    official plain state dict, which holds raw weights only); {} when it has none of them."""
+    if "format" not in snapshot:  # an official state dict
+        return snapshot if weights == "raw" else {}
+    if weights == "raw":
+        return snapshot.get("model") or {}
+    average = snapshot.get("ema") or {}
+    return {key: value for key, value in average.items() if key != "n_averaged"}
+
+
 def metadata(config: str, model_name: str, categories: int, decode_kwargs: dict[str, Any],
-             rule: dict[str, int], outputs: list[str], iteration: int | str,
-             weights: str = "raw") -> dict[str, str]:
-    """The metadata written into the .onnx file, as {key: JSON text} (keys `META_KEYS`);
-    `weights` says which were exported: "ema" (the average, system.ema_decay) or "raw"."""
+             rule: dict[str, int], outputs: list[str], iteration: int, weights: str,
+             digest: str, max_side: int) -> dict[str, str]:
+    """The metadata written into the .onnx file, as {key: JSON text} (keys `META_KEYS`).
+
+    Args:
+        iteration: the snapshot's iteration (the one it records, also for `best`).
+        weights: which were exported: "ema" (the average, system.ema_decay) or "raw".
+        digest: `weights_digest` of those weights.
+        max_side: the largest input H and W the corner-pool scan is exact for.
+    """
     values = {"config": config, "model": model_name, "categories": categories,
               "decode": decode_kwargs, "size_rule": rule, "outputs": outputs,
-              "iteration": iteration, "weights": weights}
+              "iteration": iteration, "weights": weights, "digest": digest,
+              "max_side": max_side}
     return {key: json.dumps(values[key]) for key in META_KEYS}
 
 
-def export_onnx(graph: DeployGraph, path: Path, example: torch.Tensor, opset: int,
-                meta: dict[str, str], max_side: int) -> list[str]:
-    """Write `graph` to `path` as ONNX with B, H and W dynamic, metadata `meta`, then run
-    `onnx.checker` on the file. Returns the output names.
+def export_onnx(graph: DeployGraph, example: torch.Tensor, opset: int, meta: dict[str, str],
+                max_side: int) -> tuple[bytes, list[str]]:
+    """`graph` as an ONNX file's bytes with B, H and W dynamic and metadata `meta`, checked by
+    `onnx.checker`; and the output names. Nothing is written: the caller writes the file once
+    every check has passed.
 
     Args:
         example: (B, 3, H, W) float32 with B >= 2 and H != W, so that no size is taken as fixed.
+        opset: the ONNX opset to write; a ValueError when the exporter wrote another one (it
+            falls back to its own for a version it cannot convert to).
         max_side: the largest H and W the graph is declared for.
     """
     import onnx
@@ -156,21 +198,26 @@ def export_onnx(graph: DeployGraph, path: Path, example: torch.Tensor, opset: in
     dims = {0: torch.export.Dim("batch", min=1, max=1024),
             2: torch.export.Dim("height", min=1, max=max_side),
             3: torch.export.Dim("width", min=1, max=max_side)}
-    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+    with (torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+          contextlib.redirect_stderr(io.StringIO())):
         warnings.simplefilter("ignore")
         program = torch.onnx.export(graph, (example,), dynamo=True, opset_version=opset,
                                     input_names=[INPUT_NAME], output_names=names,
                                     dynamic_shapes={"image": dims}, verbose=False)
     program.model.metadata_props.update(meta)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        program.save(str(temp))
-        onnx.checker.check_model(str(temp), full_check=True)
-        os.replace(temp, path)
-    finally:
-        temp.unlink(missing_ok=True)
-    return names
+    proto = program.model_proto
+    written = opset_of(proto)
+    if written != opset:
+        raise ValueError(f"the exporter cannot write opset {opset} for this model (it fell "
+                         f"back to opset {written})")
+    onnx.checker.check_model(proto, full_check=True)
+    return proto.SerializeToString(), names
+
+
+def opset_of(proto: Any) -> int | None:
+    """The default-domain (ai.onnx) opset of an ONNX ModelProto."""
+    return next((entry.version for entry in proto.opset_import if entry.domain in ("", "ai.onnx")),
+                None)
 
 
 def within_tolerance(got: np.ndarray, ref: np.ndarray) -> tuple[float, bool]:

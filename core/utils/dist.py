@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from ..errors import ConfigError
+from ..errors import ConfigError, closest
 from . import rendezvous
 from .peers import PeerWatch, store_address
 from .procs import end_now
@@ -69,6 +69,25 @@ def watch_peers(url: str, rank: int, world: int,
     return PeerWatch(address, rank, world, leave)
 
 
+def check_backend(backend: str | None, device_type: str) -> None:
+    """A ConfigError (one line) unless `backend` (None: the default) is a process-group
+    backend this torch build has and the device kind can use (nccl needs GPUs)."""
+    if backend is None:
+        return
+    available = {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
+                 "mpi": dist.is_mpi_available(), "ucc": dist.is_ucc_available()}
+    if backend not in available:
+        raise ConfigError(f"--dist-backend {backend!r} is not a process-group backend; "
+                          f"{closest(backend, list(available))} (gloo on CPUs, nccl on GPUs)")
+    if backend == "nccl" and device_type != "cuda":
+        raise ConfigError("--dist-backend nccl needs GPUs and this run has none (the ranks run "
+                          "on the CPU): use --dist-backend gloo, or leave it out")
+    if not available[backend]:
+        have = ", ".join(name for name, there in available.items() if there)
+        raise ConfigError(f"--dist-backend {backend}: this torch build lacks it (it has "
+                          f"{have}); use gloo on CPUs, nccl on GPUs")
+
+
 def init(backend: str | None, url: str, world_size: int, rank: int,
          device: torch.device, procs: int = 1) -> None:
     """Join the process group as the process running on `device` (indexed, see
@@ -77,8 +96,7 @@ def init(backend: str | None, url: str, world_size: int, rank: int,
     if device.type == "cuda":
         torch.cuda.set_device(device)
     backend = backend or ("nccl" if device.type == "cuda" else "gloo")
-    if backend == "nccl" and device.type != "cuda":
-        raise ValueError("--dist-backend nccl needs GPUs; use gloo on a machine without them")
+    check_backend(backend, device.type)
     # A lost peer surfaces as an error after this long instead of a silent hang.
     if url.startswith("tcp://"):
         where = {"store": rendezvous.join(url, rank, world_size, procs)}

@@ -221,9 +221,11 @@ def probe_writable(folder: Path, setting: str = "the configured folder") -> None
     """
     folder = Path(folder)
     probe = folder / f".write-probe.{os.getpid()}.tmp"
+    created = False
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        created = True
         try:
             os.write(fd, b"probe")
             os.fsync(fd)
@@ -231,11 +233,14 @@ def probe_writable(folder: Path, setting: str = "the configured folder") -> None
             os.close(fd)
         probe.unlink()
     except OSError as err:
-        leftover = _remove_quietly(probe)
+        # Only a probe this call created can be left over (never ask to delete what never was).
+        leftover = _remove_quietly(probe) if created else ""
         if err.errno in _FULL:
             raise DiskFull(f"disk full: cannot write in {folder}; free some space or point "
                            f"{setting} at another disk{leftover}", err.errno) from None
-        raise NotWritable(f"cannot write in {folder} ({err.strerror or err}); make it "
+        reason = ("a file, not a folder" if folder.exists() and not folder.is_dir()
+                  else err.strerror or err)
+        raise NotWritable(f"cannot write in {folder} ({reason}); make it "
                           f"writable or point {setting} at a folder you can write to"
                           f"{leftover}", err.errno) from None
 

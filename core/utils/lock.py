@@ -22,10 +22,12 @@ NAME = ".lock"
 _held: list[Path] = []
 
 
-def acquire(folder: Path, log: Callable[[str], None]) -> Path:
+def acquire(folder: Path, log: Callable[[str], None],
+            elsewhere: str = "set system.snapshot_name to write elsewhere") -> Path:
     """Take the lock of `folder` (which exists) for this process; returns the lock file.
 
-    Raises ConfigError when another live run, or a run on another host, holds it.
+    Raises ConfigError when another live run, or a run on another host, holds it; the message
+    ends with `elsewhere` (how to write to another folder).
     """
     path = folder / NAME
     pid, started = process_identity(os.getpid())
@@ -34,7 +36,7 @@ def acquire(folder: Path, log: Callable[[str], None]) -> Path:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
-            _take_over_if_stale(path, log)
+            _take_over_if_stale(path, log, elsewhere)
             continue
         with os.fdopen(fd, "w") as file:
             file.write(mine)
@@ -44,7 +46,7 @@ def acquire(folder: Path, log: Callable[[str], None]) -> Path:
                       f"start one run per snapshot folder")
 
 
-def _take_over_if_stale(path: Path, log: Callable[[str], None]) -> None:
+def _take_over_if_stale(path: Path, log: Callable[[str], None], elsewhere: str) -> None:
     """Remove `path` if its run is gone; raise ConfigError if it may still be running."""
     try:
         owner = json.loads(path.read_text())
@@ -57,12 +59,10 @@ def _take_over_if_stale(path: Path, log: Callable[[str], None]) -> None:
         return
     if host != socket.gethostname():
         raise ConfigError(f"{path.parent} is in use by the run of pid {pid} on host {host}; "
-                          f"if that run is gone, remove {path}; or set system.snapshot_name "
-                          f"to write elsewhere")
+                          f"if that run is gone, remove {path}; or {elsewhere}")
     if is_alive((pid, started)):
         raise ConfigError(f"{path.parent} is in use by the run of pid {pid} on this host; "
-                          f"wait for it or stop it, or set system.snapshot_name to write "
-                          f"elsewhere")
+                          f"wait for it or stop it, or {elsewhere}")
     log(f"note: took over {path}: its run (pid {pid}) is no longer running")
     path.unlink(missing_ok=True)
 

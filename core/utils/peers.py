@@ -30,11 +30,13 @@ from urllib.parse import urlparse
 
 import torch.distributed as dist
 
+from . import env
+
 POLL_S = 0.5
 
 
 def heartbeat_timeout() -> float:
-    return float(os.environ.get("CORNERNET_HEARTBEAT_S", "60"))
+    return float(env.setting("CORNERNET_HEARTBEAT_S"))
 
 
 def store_address(url: str) -> tuple[str, int] | None:

@@ -20,6 +20,7 @@ from typing import Callable
 import torch.distributed as dist
 
 from ..errors import RunFailure
+from . import env
 from .peers import store_address
 
 SAY_EVERY_S = 5.0
@@ -31,7 +32,7 @@ class RendezvousError(RunFailure, RuntimeError):
 
 
 def give_up_after() -> float:
-    return float(os.environ.get("CORNERNET_RENDEZVOUS_S", "600"))
+    return float(env.setting("CORNERNET_RENDEZVOUS_S"))
 
 
 def _say(text: str) -> None:
