@@ -144,6 +144,11 @@ def check_db_rules(configs: dict, where: str) -> None:
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
             raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
                               f"string), got {paths}")
+    names = configs["names"]
+    if names is not None and not (names and all(isinstance(n, str) and n for n in names)
+                                  and len(set(names)) == len(names)):
+        raise ConfigError(f"{where}: db.names must list distinct class names (non-empty "
+                          f"strings) in class order, got {names}")
 
 
 def check_decode_settings(configs: dict, where: str = "db config") -> None:

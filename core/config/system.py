@@ -145,6 +145,11 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "annotation_files": (None, (dict,), True),
     "num_train_images": (2000, (int,), False),
     "num_val_images": (200, (int,), False),
+    # YOLO (core/dbs/yolo.py): the data.yaml; VOC (core/dbs/voc.py): the VOCdevkit-style
+    # folder and, optionally, the class names in order
+    "data_yaml": (None, (str,), True),
+    "voc_root": (None, (str,), True),
+    "names": (None, (list,), True),
 }
 
 

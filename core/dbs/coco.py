@@ -273,6 +273,8 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     for index, ann in enumerate(content.get("annotations", [])):
         what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
                 else f"annotation entry #{index}")
+        if isinstance(ann, dict) and isinstance(ann.get("source"), str):
+            what = f"{ann['source']} ({what})"  # the label line of a converted dataset
         _require(ann, ("image_id", "bbox", "category_id"), what, path)
         _integer(ann["image_id"], f"{what}: image_id", path)
         _integer(ann["category_id"], f"{what}: category_id", path)
