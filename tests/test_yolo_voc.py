@@ -18,6 +18,8 @@ from _yolo_voc import write_coco, write_voc, write_yolo
 from core.config import SystemConfig, load_config
 from core.dbs import DatasetError, datasets
 from core.dbs.yaml_subset import parse
+from core.inference.coco_eval import score
+from core.inference.error_analysis import breakdown, read_run
 from core.nnet.py_factory import NetworkFactory
 
 
@@ -122,29 +124,77 @@ def _person_snapshot(folder, name) -> None:
     nnet.save_params(0)
 
 
-def test_training_and_test_py_give_the_metrics_of_the_coco_json(three, tmp_path, coco128,
-                                                                capsys):
-    train, test = _script("train"), _script("test")
-    folders = _configs(three, tmp_path, coco128)
-    printed, metrics = {}, {}
-    for kind, (folder, name) in folders.items():
+@pytest.mark.slow  # four two-iteration training runs in-process: 25 s on two loaded cores
+def test_training_sees_the_batches_of_the_coco_json(three, tmp_path, coco128, capsys):
+    train = _script("train")
+    printed = {}
+    for kind, (folder, name) in _configs(three, tmp_path, coco128).items():
         assert train.main([name, "--config-dir", str(folder), "--workers", "1",
                            "--device", "cpu"]) == 0
         printed[kind] = losses(capsys.readouterr().out)
-        _person_snapshot(folder, name)
-        metrics[kind] = test.main(test.parse_args([name, "--config-dir", str(folder), "--testiter",
-                                                   "0", "--device", "cpu", "--images", "12"]))
-        capsys.readouterr()
     assert sorted(printed["COCO"]) == [1, 2]
     assert printed["YOLO"] == printed["COCO"]  # the same batches, to the last printed digit
     assert printed["VOC"] == printed["COCO+crowds"]
-    assert metrics["COCO"]["AP50"] > 0.01  # real detections, not an empty result on both sides
+
+
+def _noisy_truth(db, rng) -> dict:
+    """Detections that are the ground truth moved by a few pixels, with random scores, some
+    objects missed and some boxes given the wrong class: an AP between 0 and 1 in every class."""
+    detections = {}
+    for ind in range(len(db)):
+        boxes = db.detections(ind).astype(np.float64)
+        per_class: dict[int, list] = {}
+        for x1, y1, x2, y2, cls in boxes:
+            if rng.random() < 0.2:
+                continue
+            if rng.random() < 0.1:
+                cls = rng.integers(1, db.num_classes + 1)
+            box = np.array([x1, y1, x2, y2]) + rng.normal(0, 0.08 * (x2 - x1 + y2 - y1) / 2, 4)
+            per_class.setdefault(int(cls), []).append([*box, rng.random()])
+        detections[db.image_id(ind)] = {c: np.array(v) for c, v in per_class.items()}
+    return detections
+
+
+def test_the_evaluator_and_analysis_give_the_numbers_of_the_coco_json(three, tmp_path, capsys):
+    """The same detections per image, scored against each dataset's ground truth."""
+    metrics, per_class, overall = {}, {}, {}
+    for kind in ("COCO", "YOLO", "VOC", "COCO+crowds"):
+        db = _db(kind, three, "val", tmp_path, val_split="val")
+        out = tmp_path / "results" / kind
+        metrics[kind] = score(db, _noisy_truth(db, np.random.default_rng(0)), out,
+                              image_ids=[db.image_id(i) for i in range(len(db))])
+        per_class[kind] = [{k: v for k, v in row.items() if k != "id"}  # ids are renumbered
+                           for row in json.loads((out / "metrics.json").read_text())["per_class"]]
+        truth, found, categories = read_run(db.annotation_file, out / "results.json",
+                                            [db.image_id(i) for i in range(len(db))])
+        overall[kind] = breakdown(truth, found, categories)["overall"]
+    capsys.readouterr()
+    assert 0.3 < metrics["COCO"]["AP"] < 0.9
     assert metrics["YOLO"] == metrics["COCO"]
     assert metrics["VOC"] == metrics["COCO+crowds"]
-    per_class = {kind: json.loads((tmp_path / kind.replace("+", "_") / "results" /
-                                   kind.replace("+", "_") / "0" / "val" / "metrics.json"
-                                   ).read_text()) for kind in folders}
-    assert per_class["YOLO"].get("per_class") == per_class["COCO"].get("per_class")
+    assert metrics["COCO"] != metrics["COCO+crowds"]  # crowd regions are seen as such
+    assert per_class["YOLO"] == per_class["COCO"]
+    assert per_class["VOC"] == per_class["COCO+crowds"]
+    assert overall["YOLO"] == overall["COCO"] and overall["VOC"] == overall["COCO+crowds"]
+
+
+@pytest.mark.slow  # four test.py runs in-process: about a minute on two loaded cores
+def test_test_py_on_yolo_and_voc_finds_and_scores_what_it_does_on_coco(three, tmp_path, coco128,
+                                                                      capsys):
+    test = _script("test")
+    metrics, found = {}, {}
+    for kind, (folder, name) in _configs(three, tmp_path, coco128).items():
+        _person_snapshot(folder, name)
+        metrics[kind] = test.main(test.parse_args([name, "--config-dir", str(folder), "--testiter",
+                                                   "0", "--device", "cpu", "--images", "3"]))
+        results = json.loads((folder.parent / "results" / name / "0" / "val" / "results.json"
+                              ).read_text())
+        found[kind] = [(r["bbox"], r["score"]) for r in results]
+    capsys.readouterr()
+    assert len(found["COCO"]) > 10  # real detections
+    assert found["YOLO"] == found["COCO"] and found["VOC"] == found["COCO"]
+    assert metrics["YOLO"] == metrics["COCO"]
+    assert metrics["VOC"] == metrics["COCO+crowds"]
 
 
 def _yolo_copy(three, tmp_path):
