@@ -15,7 +15,7 @@ import torch
 from _train_helpers import REPO, losses, write_config
 from _yolo_voc import write_coco, write_voc, write_yolo
 
-from core.config import SystemConfig, load_config
+from core.config import ConfigError, SystemConfig, load_config
 from core.dbs import DatasetError, datasets
 from core.dbs.yaml_subset import parse
 from core.inference.coco_eval import score
@@ -315,3 +315,11 @@ def test_data_yaml_subset_reads_what_ultralytics_writes():
 def test_data_yaml_errors_name_the_line():
     with pytest.raises(ValueError, match=r"data.yaml:2: .*'key: value'"):
         parse("path: x\njust words\n", "data.yaml")
+
+
+@pytest.mark.parametrize("dataset, key", [("COCO", "data_yaml"), ("YOLO", "names"),
+                                          ("VOC", "annotation_files")])
+def test_a_key_of_another_dataset_is_refused_not_ignored(dataset, key):
+    with pytest.raises(ConfigError, match=f"db.{key} is not read by system.dataset '{dataset}'"):
+        datasets[dataset]({key: ["a"] if key == "names" else
+                           ({"val": "x"} if key == "annotation_files" else "x")})

@@ -130,12 +130,7 @@ class Converted(COCO):
     """Base of YOLO and VOC: subclasses give `_source(split, sys_config)` -> (image folder,
     cache key, where) and `_convert(split, sys_config, problems)` -> COCO instances dict."""
 
-    def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None) -> None:
-        super().__init__(db_config, split=None, sys_config=sys_config)
-        self._split = split
-        if split is None:
-            return
+    def _load_split(self, split: str, sys_config: SystemConfig | None) -> None:
         if sys_config is None:
             raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
         image_dir, key, where = self._source(split, sys_config)

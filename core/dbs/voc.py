@@ -177,6 +177,8 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
 class VOC(Converted):
     """A Pascal VOC dataset; see the module docstring and DETECTION for the interface."""
 
+    _foreign_keys = ("data_yaml", "image_dirs", "annotation_files")
+
     def _root(self, sys_config: SystemConfig) -> Path:
         if self._configs["voc_root"] is None:
             raise ConfigError("system.dataset 'VOC' needs db.voc_root: the folder holding "

@@ -161,6 +161,8 @@ def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, d
 class YOLO(Converted):
     """A YOLO-format dataset; see the module docstring and DETECTION for the interface."""
 
+    _foreign_keys = ("voc_root", "names", "image_dirs", "annotation_files")
+
     def _data_yaml(self, sys_config: SystemConfig) -> Path:
         if self._configs["data_yaml"] is None:
             raise ConfigError("system.dataset 'YOLO' needs db.data_yaml: the path of the "
