@@ -97,6 +97,7 @@ class COCO(DETECTION):
             _check_trainable(parsed, annotation_file, self._split)
         for message in parsed["problems"]:
             logger.warning(message)
+        self._load_problems += parsed["problems"]
 
         self._set_classes(categories, parsed["category_names"])
         self._set_images(image_dir, parsed["file_names"], parsed["image_ids"],

@@ -160,6 +160,7 @@ class Converted(COCO):
                                f"false to leave such entries out with a warning")
         for message in messages:
             logger.warning("%s", message)
+        self._load_problems = [f"{where}: {message}" for message in messages]
         self._load(image_dir, json_file, cache_dir, training=split == sys_config.train_split)
 
     def _check_categories(self, count: int, where: str) -> None:
