@@ -21,6 +21,7 @@ from core.data.prefetch import Prefetcher
 from core.engine import preempt
 from core.engine.build import build, data_only
 from core.engine.launch import launch
+from core.engine.limits import Limits
 from core.engine.metrics import EVAL_KEYS, display_line, open_metrics, training_values
 from core.engine.schedule import due, learning_rate_at
 from core.engine.snapshots import Saver
@@ -89,6 +90,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         return 0
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
     evaluate = job.evaluate
+    limits = Limits(system_config.patience, system_config.eval_iter, system_config.max_minutes)
     speed, clock = job.speed, preempt.SnapshotClock(system_config.snapshot_minutes)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree_all`.
@@ -136,14 +138,22 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                                     eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], job.best)
                 metrics.write(it)
-                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?
-                stopping, stop.resume, timed = agree_all(
-                    [stop(), stop.resuming, clock.due()], distributed, nnet.device)
+                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?, and
+                # the stopping rules: AP not improving, the deadline near
+                stopping, stop.resume, timed, patience, deadline = agree_all(
+                    [stop(), stop.resuming, clock.due(),
+                     limits.patience_spent(it, evaluate.due(it), job.best.record),
+                     limits.deadline_near(evaluate.due(it), evaluate.due(it + 1))],
+                    distributed, nnet.device)
                 if stopping:  # its snapshot is written below, once
                     raise Stopped(stop.signum)
-                if saver.due(it) or timed:
+                if saver.due(it) or timed or patience or deadline:
                     saver.save(it)
                     clock.saved()
+                if (patience or deadline) and it < system_config.max_iter:
+                    line, status = limits.reason(it, patience, job.best.record)
+                    log(f"{line}; snapshot {system_config.snapshot_file(it)}")
+                    return status
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()

@@ -83,6 +83,9 @@ def check_system_rules(configs: dict, where: str) -> None:
             isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
         raise ConfigError(f"{where}: system.chunk_sizes must be a non-empty list of positive "
                           f"integers, got {chunks}")
+    if configs["patience"] is not None and configs["eval_iter"] == 0:
+        raise ConfigError(f"{where}: system.patience counts evaluations, but system.eval_iter "
+                          f"is 0 (never evaluate); set eval_iter, or patience to null")
     if configs["snapshot_name"] is not None:
         check_plain_name(configs["snapshot_name"], "system.snapshot_name", where)
     for key in ("train_split", "val_split", "test_split"):

@@ -68,6 +68,9 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "stop_signal": ("USR1", (str,), False),
     "requeue": (False, (bool,), False),
     "snapshot_minutes": (None, _NUMBER, True),
+    # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
+    "patience": (None, (int,), True),
+    "max_minutes": (None, _NUMBER, True),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -82,7 +85,7 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
              "max_objects", "test_batch_size", "eval_images", "keep_snapshots", "clip_grad_norm",
-             "warmup_factor", "snapshot_minutes"}
+             "warmup_factor", "snapshot_minutes", "patience", "max_minutes"}
 
 # The soft-NMS methods of core/inference/soft_nms.py (db.nms_algorithm).
 NMS_ALGORITHMS = ("nms", "linear_soft_nms", "exp_soft_nms")
