@@ -17,6 +17,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from core.config import CONFIG_DIR, SystemConfig
+from core.data.check import save_batch_picture
 from core.data.prefetch import Prefetcher
 from core.engine import preempt
 from core.engine.build import build, data_only
@@ -89,6 +90,10 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
             log(f"initial parameters written to {nnet.save_params(0, job.state(0))}")
         return 0
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
+    if rank == 0 and start == 0 and system_config.batch_pictures:
+        picture = system_config.snapshot_dir / "train_batch0.jpg"
+        save_batch_picture(system_config, job.make_train_db(), picture)
+        log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
     evaluate = job.evaluate
     limits = Limits(system_config.patience, system_config.eval_iter, system_config.max_minutes)
     speed, clock = job.speed, preempt.SnapshotClock(system_config.snapshot_minutes)

@@ -11,11 +11,12 @@ from collections import Counter
 import cv2
 import numpy as np
 import pytest
-from _train_helpers import REPO, write_config
+from _train_helpers import REPO, losses, write_config
 
 from core.config import load_config
 from core.data.check import training_batch
 from core.dbs import datasets
+from core.utils.vis import PANEL_GAP, draw_batch
 
 _spec = importlib.util.spec_from_file_location("check_data", REPO / "tools" / "check_data.py")
 check_data = importlib.util.module_from_spec(_spec)
@@ -110,7 +111,7 @@ def test_batch_heatmap_peaks_sit_at_the_corners_of_the_drawn_boxes(coco128, tmp_
     assert batch["num_objects"].sum() > 0
     in_h, in_w = db.configs["input_size"]
     stride = in_w // db.configs["output_sizes"][0][1]
-    picture = check_data.draw_batch(batch, targets, db.configs,
+    picture = draw_batch(batch, targets, db.configs,
                                     [db.cls2name(c) for c in range(1, 81)])
     peak = cv2.applyColorMap(np.array([[255]], np.uint8), cv2.COLORMAP_INFERNO)[0, 0]
     for b in range(4):
@@ -122,8 +123,27 @@ def test_batch_heatmap_peaks_sit_at_the_corners_of_the_drawn_boxes(coco128, tmp_
             assert peaks == corners
             # in the picture: the cell of each corner is drawn in the colour of 1.0 (the offset
             # arrow covers a few of its pixels)
-            top, left = b * (in_h + check_data.PANEL_GAP), column * (in_w + check_data.PANEL_GAP)
+            top, left = b * (in_h + PANEL_GAP), column * (in_w + PANEL_GAP)
             for _, y, x in corners:
                 cell = picture[top + y * stride:top + (y + 1) * stride,
                                left + x * stride:left + (x + 1) * stride]
                 assert (cell == peak).all(axis=-1).mean() >= 0.5
+
+
+@pytest.mark.slow  # two two-iteration training runs in-process: about 20 s
+def test_train_py_draws_the_batch_picture_without_changing_the_run(coco128, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("train_script", REPO / "train.py")
+    train = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(train)
+    printed = {}
+    for on in (True, False):
+        folder = write_config(tmp_path / str(on), coco128, max_iter=2, val_iter=0,
+                              batch_pictures=on)
+        assert train.main(["Tiny128", "--config-dir", str(folder), "--workers", "1",
+                           "--device", "cpu"]) == 0
+        printed[on] = losses(capsys.readouterr().out)
+        picture = tmp_path / str(on) / "cache" / "nnet" / "Tiny128" / "train_batch0.jpg"
+        assert picture.is_file() == on
+    assert printed[True] == printed[False] and sorted(printed[True]) == [1, 2]
+    drawn = cv2.imread(str(tmp_path / "True" / "cache" / "nnet" / "Tiny128" / "train_batch0.jpg"))
+    assert drawn.shape == (4 * 128 + 3 * PANEL_GAP, 3 * 128 + 2 * PANEL_GAP, 3)

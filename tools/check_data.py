@@ -21,16 +21,12 @@ import argparse
 import json
 from pathlib import Path
 
-import cv2
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
-from core.data.check import across_splits, split_report, training_batch
+from core.data.check import across_splits, save_batch_picture, split_report
 from core.dbs import datasets
 from core.engine.cli import run_cli
-from core.utils.vis import GT_COLOR, class_color
-
-PANEL_GAP = 4
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -46,46 +42,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="training images that get one augmented view each to measure "
                              "the crop cut-offs")
     return parser.parse_args(argv)
-
-
-def heat_panel(heat: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """(H, W, 3) uint8: a (h, w) heatmap in [0, 1], each cell a block of input pixels."""
-    big = cv2.resize(heat.astype(np.float32), (size[1], size[0]),
-                     interpolation=cv2.INTER_NEAREST)
-    return cv2.applyColorMap(np.uint8(np.clip(big, 0, 1) * 255), cv2.COLORMAP_INFERNO)
-
-
-def draw_batch(batch: dict, targets: list, configs: dict, names: list[str]) -> np.ndarray:
-    """One row per image: the crop with its boxes, then the top-left and the bottom-right
-    heatmaps (max over classes) with arrows from each corner's cell to its exact position
-    (the offset target), then Saccade's attention maps."""
-    in_h, in_w = configs["input_size"]
-    out_h, out_w = configs["output_sizes"][0]
-    stride = np.array([in_w / out_w, in_h / out_h] * 2)
-    rows = []
-    for b in range(len(batch["image"])):
-        count = int(batch["num_objects"][b])
-        boxes = batch["boxes"][b, :count] * stride
-        image = batch["image"][b].copy()
-        for box, cls in zip(boxes, batch["classes"][b, :count]):
-            x1, y1, x2, y2 = (round(v) for v in box)
-            cv2.rectangle(image, (x1, y1), (x2, y2), class_color(names[cls]), 1)
-        panels = [image]
-        for heat, corner in ((targets[0], slice(0, 2)), (targets[1], slice(2, 4))):
-            panel = heat_panel(heat[b].max(dim=0).values.numpy(), (in_h, in_w))
-            for box in batch["boxes"][b, :count]:
-                exact = box[corner]
-                cell = np.trunc(exact)
-                start = tuple(int(v) for v in (cell + 0.5) * stride[:2])
-                end = tuple(int(v) for v in exact * stride[:2])
-                cv2.arrowedLine(panel, start, end, GT_COLOR, 1, tipLength=0.4)
-            panels.append(panel)
-        if len(targets) > 9:
-            panels += [heat_panel(att[b, 0].numpy(), (in_h, in_w)) for att in targets[9]]
-        gap = np.full((in_h, PANEL_GAP, 3), 255, np.uint8)
-        rows.append(np.concatenate([p for panel in panels for p in (panel, gap)][:-1], axis=1))
-    gap = np.full((PANEL_GAP, rows[0].shape[1], 3), 255, np.uint8)
-    return np.concatenate([r for row in rows for r in (row, gap)][:-1], axis=0)
 
 
 def draw_labels(path: Path, reports: dict, points: dict) -> str:
@@ -167,12 +123,12 @@ def main(argv: list[str] | None = None) -> dict:
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'report.json'}")
 
-    train = dataset(db_config, split=system_config.train_split, sys_config=system_config)
-    batch, targets = training_batch(system_config, train, args.batch_images)
-    names = [train.cls2name(cls) for cls in range(1, train.num_classes + 1)]
-    cv2.imwrite(str(out / "train_batch0.jpg"), draw_batch(batch, targets, train.configs, names))
-    print(f"wrote {out / 'train_batch0.jpg'}: the crop with its boxes, then the top-left and "
-          f"bottom-right heatmaps with offset arrows, one row per image")
+    picture = out / "train_batch0.jpg"
+    save_batch_picture(system_config, dataset(db_config, split=system_config.train_split,
+                                              sys_config=system_config), picture,
+                       args.batch_images)
+    print(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
+          f"heatmaps with offset arrows, one row per image")
     print(draw_labels(out / "labels.png", reports, points))
     return report
 

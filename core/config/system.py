@@ -68,6 +68,8 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "stop_signal": ("USR1", (str,), False),
     "requeue": (False, (bool,), False),
     "snapshot_minutes": (None, _NUMBER, True),
+    # train_batch0.jpg in the snapshot folder at the start of a run (tools/check_data.py draws it)
+    "batch_pictures": (True, (bool,), False),
     # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
     "patience": (None, (int,), True),
     "max_minutes": (None, _NUMBER, True),

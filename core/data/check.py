@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
@@ -24,7 +25,9 @@ from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
 from ..sample.render import render_targets
 from ..sample.utils import place_boxes, render_view
+from ..utils.files import write_file_atomic
 from ..utils.images import ImageReadError, read_image
+from ..utils.vis import draw_batch
 
 # COCO's area ranges (pixels^2) and the aspect-ratio bins (width / height) of the report.
 SMALL, MEDIUM = 32 ** 2, 96 ** 2
@@ -174,3 +177,13 @@ def training_batch(system_config: Any, db: Any, images: int) -> tuple[dict, list
     batch, _ = sampler(small, db, 0, data_aug=True)
     tensors = {key: torch.from_numpy(value) for key, value in batch.items() if key != "meta"}
     return batch, render_targets(tensors, db.configs, db.num_classes, static=False)
+
+
+def save_batch_picture(system_config: Any, db: Any, path: Any, images: int = 4) -> None:
+    """Write `path` (a .jpg): `images` augmented training images of `db` with their boxes and
+    rendered targets (see `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled):
+    pass one of its own."""
+    batch, targets = training_batch(system_config, db, images)
+    names = [db.cls2name(cls) for cls in range(1, db.num_classes + 1)]
+    encoded = cv2.imencode(".jpg", draw_batch(batch, targets, db.configs, names))[1]
+    write_file_atomic(path, lambda file: file.write(encoded.tobytes()))
