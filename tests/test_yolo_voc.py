@@ -323,3 +323,18 @@ def test_a_key_of_another_dataset_is_refused_not_ignored(dataset, key):
     with pytest.raises(ConfigError, match=f"db.{key} is not read by system.dataset '{dataset}'"):
         datasets[dataset]({key: ["a"] if key == "names" else
                            ({"val": "x"} if key == "annotation_files" else "x")})
+
+
+def test_a_list_file_split_and_a_polygon_line(three, tmp_path):
+    root = _yolo_copy(three, tmp_path)
+    (root / "list.txt").write_text("./images/val/000000000536.jpg\nimages/val/000000000529.jpg\n")
+    (root / "data.yaml").write_text(f"path: {root}\nval: list.txt\nnames: {three['names']!r}\n")
+    label = root / "labels" / "val" / "000000000536.txt"
+    label.write_text("3 0.1 0.2 0.5 0.25 0.3 0.75\n")  # a triangle of class 3
+    system = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
+    db = datasets["YOLO"]({"data_yaml": str(root / "data.yaml")}, split="val", sys_config=system)
+    assert [db.image_ids(i) for i in range(len(db))] == ["images/val/000000000536.jpg",
+                                                         "images/val/000000000529.jpg"]
+    width, height = 448, 336  # 000000000536.jpg
+    np.testing.assert_allclose(db.detections(0), [[0.1 * width, 0.2 * height, 0.5 * width,
+                                                   0.75 * height, 4]], rtol=1e-6)

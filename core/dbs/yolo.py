@@ -14,6 +14,7 @@ objects. Class k is category id k + 1 in the converted COCO ground truth.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from core.config import ConfigError, SystemConfig
@@ -50,8 +51,14 @@ def read_data_yaml(path: Path) -> dict:
     if content.get("nc") is not None and content["nc"] != len(names):
         raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} classes")
     root = content.get("path")
-    root = path.parent if root is None else (path.parent / str(root)).resolve()
+    root = _absolute(path.parent if root is None else path.parent / str(root))
     return {**content, "root": root, "names": names}
+
+
+def _absolute(path: Path) -> Path:
+    """`path` made absolute with '..' and '.' removed but links kept, so that a linked image
+    keeps its place beside its labels (resolve() would follow the link away from them)."""
+    return Path(os.path.normpath(path.absolute()))
 
 
 def label_path(image: Path) -> Path:
@@ -85,8 +92,7 @@ def split_images(data: dict, split: str, data_yaml: Path) -> list[Path]:
             for line in where.read_text(encoding="utf-8", errors="replace").splitlines():
                 if line.strip():
                     item = Path(line.strip())
-                    images.append(item if item.is_absolute() else
-                                  (where.parent / item).resolve())
+                    images.append(_absolute(where.parent / item))
         else:
             raise DatasetError(f"{data_yaml}: split '{split}': {where} is neither an images "
                                f"folder nor a .txt list of images")
