@@ -25,11 +25,13 @@ from pathlib import Path
 from tqdm import tqdm
 
 from core.config import CONFIG_DIR, SystemConfig
+from core.data.check import save_batch_picture
 from core.data.prefetch import Prefetcher
 from core.engine import preempt
 from core.engine.agree import agree_all
 from core.engine.build import build, data_only
 from core.engine.launch import launch
+from core.engine.limits import Limits
 from core.engine.metrics import EVAL_KEYS, display_line, open_metrics, training_values
 from core.engine.schedule import due, learning_rate_at
 from core.engine.snapshots import Saver
@@ -97,7 +99,12 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
             log(f"initial parameters written to {nnet.save_params(0, job.state(0))}")
         return 0
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
+    if rank == 0 and start == 0 and system_config.batch_pictures:
+        picture = system_config.snapshot_dir / "train_batch0.jpg"
+        save_batch_picture(system_config, job.make_train_db(), picture)
+        log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
     evaluate = job.evaluate
+    limits = Limits(system_config.patience, system_config.eval_iter, system_config.max_minutes)
     speed, clock = job.speed, preempt.SnapshotClock(system_config.snapshot_minutes)
     # A rank that stopped inside a wait would leave the others in a collective: under DDP the
     # ranks stop together, at the end of an iteration, through `agree_all`. The first iteration
@@ -146,14 +153,22 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                                     eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], job.best)
                 metrics.write(it)
-                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?
-                stopping, stop.resume, timed = agree_all(
-                    [stop(), stop.resuming, clock.due()], distributed, nnet.device)
+                # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?, and
+                # the stopping rules: AP not improving, the deadline near
+                stopping, stop.resume, timed, patience, deadline = agree_all(
+                    [stop(), stop.resuming, clock.due(),
+                     limits.patience_spent(it, evaluate.due(it), job.best.record),
+                     limits.deadline_near(evaluate.due(it), evaluate.due(it + 1))],
+                    distributed, nnet.device)
                 if stopping:  # its snapshot is written below, once
                     raise Stopped(stop.signum)
-                if saver.due(it) or timed:
+                if saver.due(it) or timed or patience or deadline:
                     saver.save(it)
                     clock.saved()
+                if (patience or deadline) and it < system_config.max_iter:
+                    line, status = limits.reason(it, patience, job.best.record)
+                    log(f"{line}; snapshot {system_config.snapshot_file(it)}")
+                    return status
         except Stopped:
             metrics.write(iteration)  # what a stop inside the iteration left unwritten
             bar.close()

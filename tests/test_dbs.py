@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from core.config import ConfigError, SystemConfig
-from core.dbs import COCO, DETECTION, DatasetError, Shapes, datasets
+from core.dbs import COCO, DETECTION, VOC, YOLO, DatasetError, Shapes, datasets
 from core.dbs import coco as coco_module
 from core.utils.images import ImageReadError
 
@@ -59,8 +59,8 @@ def ind_of(db: DETECTION, image_id: int) -> int:
     return [db.image_id(i) for i in range(len(db))].index(image_id)
 
 
-def test_registry_names_both_datasets():
-    assert datasets == {"COCO": COCO, "Shapes": Shapes}
+def test_registry_names_every_dataset():
+    assert datasets == {"COCO": COCO, "Shapes": Shapes, "VOC": VOC, "YOLO": YOLO}
 
 
 def test_loads_128_images_and_80_categories(db: COCO, raw: dict):

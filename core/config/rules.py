@@ -101,6 +101,9 @@ def check_system_rules(configs: dict, where: str) -> None:
             isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
         raise ConfigError(f"{where}: system.chunk_sizes must be a non-empty list of positive "
                           f"integers, got {chunks}")
+    if configs["patience"] is not None and configs["eval_iter"] == 0:
+        raise ConfigError(f"{where}: system.patience counts evaluations, but system.eval_iter "
+                          f"is 0 (never evaluate); set eval_iter, or patience to null")
     if configs["snapshot_name"] is not None:
         check_plain_name(configs["snapshot_name"], "system.snapshot_name", where)
     for key in ("train_split", "val_split", "test_split"):
@@ -177,6 +180,11 @@ def check_db_rules(configs: dict, where: str) -> None:
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
             raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
                               f"string), got {paths}")
+    names = configs["names"]
+    if names is not None and not (names and all(isinstance(n, str) and n for n in names)
+                                  and len(set(names)) == len(names)):
+        raise ConfigError(f"{where}: db.names must list distinct class names (non-empty "
+                          f"strings) in class order, got {names}")
 
 
 def check_decode_settings(configs: dict, where: str = "db config") -> None:

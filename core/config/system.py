@@ -68,6 +68,11 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "stop_signal": ("USR1", (str,), False),
     "requeue": (False, (bool,), False),
     "snapshot_minutes": (None, _NUMBER, True),
+    # train_batch0.jpg in the snapshot folder at the start of a run (tools/check_data.py draws it)
+    "batch_pictures": (True, (bool,), False),
+    # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
+    "patience": (None, (int,), True),
+    "max_minutes": (None, _NUMBER, True),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
@@ -82,7 +87,7 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
              "max_objects", "test_batch_size", "eval_images", "keep_snapshots", "clip_grad_norm",
-             "warmup_factor", "snapshot_minutes"}
+             "warmup_factor", "snapshot_minutes", "patience", "max_minutes"}
 
 # The soft-NMS methods of core/inference/soft_nms.py (db.nms_algorithm).
 NMS_ALGORITHMS = ("nms", "linear_soft_nms", "exp_soft_nms")
@@ -145,6 +150,11 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "annotation_files": (None, (dict,), True),
     "num_train_images": (2000, (int,), False),
     "num_val_images": (200, (int,), False),
+    # YOLO (core/dbs/yolo.py): the data.yaml; VOC (core/dbs/voc.py): the VOCdevkit-style
+    # folder and, optionally, the class names in order
+    "data_yaml": (None, (str,), True),
+    "voc_root": (None, (str,), True),
+    "names": (None, (list,), True),
 }
 
 

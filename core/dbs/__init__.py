@@ -3,7 +3,9 @@
 from .coco import COCO
 from .detection import DETECTION, DatasetError
 from .shapes import Shapes
+from .voc import VOC
+from .yolo import YOLO
 
-datasets = {"COCO": COCO, "Shapes": Shapes}
+datasets = {"COCO": COCO, "Shapes": Shapes, "VOC": VOC, "YOLO": YOLO}
 
-__all__ = ["COCO", "DETECTION", "DatasetError", "Shapes", "datasets"]
+__all__ = ["COCO", "DETECTION", "VOC", "YOLO", "DatasetError", "Shapes", "datasets"]

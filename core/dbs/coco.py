@@ -31,6 +31,8 @@ from .detection import DETECTION, DatasetError
 
 logger = logging.getLogger(__name__)
 
+_KEY_OWNERS = {"data_yaml": "YOLO", "voc_root": "VOC", "names": "VOC",
+               "image_dirs": "COCO", "annotation_files": "COCO"}
 _DEFAULT_FOLDERS = {"trainval": "trainval2014", "minival": "minival2014", "testdev": "testdev2017"}
 # Part of the cache key: bump it when the parsed format or the box rules change.
 _CACHE_VERSION = 2  # 2: clipped_images
@@ -42,8 +44,18 @@ class COCO(DETECTION):
     def __init__(self, db_config: dict, split: str | None = None,
                  sys_config: SystemConfig | None = None) -> None:
         super().__init__(db_config, split, sys_config)
-        if split is None:
-            return
+        for key in self._foreign_keys:
+            if self._configs[key] is not None:
+                raise ConfigError(f"db.{key} is not read by system.dataset "
+                                  f"'{type(self).__name__}'; remove it, or choose the dataset "
+                                  f"it belongs to ({_KEY_OWNERS[key]})")
+        if split is not None:
+            self._load_split(split, sys_config)
+
+    # The db keys of the other datasets, refused rather than ignored.
+    _foreign_keys: tuple[str, ...] = ("data_yaml", "voc_root", "names")
+
+    def _load_split(self, split: str, sys_config: SystemConfig | None) -> None:
         if sys_config is None:
             raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
         image_dir, annotation_file = self._split_files(split, sys_config)
@@ -86,6 +98,7 @@ class COCO(DETECTION):
             _check_trainable(parsed, annotation_file, self._split)
         for message in parsed["problems"]:
             logger.warning(message)
+        self._load_problems += parsed["problems"]
         for message in _size_disagreements(parsed["clipped_images"], image_dir, annotation_file):
             logger.warning(message)
 
@@ -296,6 +309,8 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     for index, ann in enumerate(content.get("annotations", [])):
         what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
                 else f"annotation entry #{index}")
+        if isinstance(ann, dict) and isinstance(ann.get("source"), str):
+            what = f"{ann['source']} ({what})"  # the label line of a converted dataset
         _require(ann, ("image_id", "bbox", "category_id"), what, path)
         _integer(ann["image_id"], f"{what}: image_id", path)
         _integer(ann["category_id"], f"{what}: category_id", path)

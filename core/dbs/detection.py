@@ -35,6 +35,7 @@ split name unless replaced with `set_rng(generator)`; no global random state is 
 
 Evaluation: `annotation_file` (Path of the instances json, None when split is None),
 `has_annotations` (False for test-dev style files without an "annotations" list).
+`load_problems`: the messages (also logged) about labels the loader left out, clipped or dropped.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class DETECTION:
         self._db_inds = np.zeros((0,), dtype=np.int64)
         self._annotation_file: Path | None = None
         self._has_annotations = False
+        self._load_problems: list[str] = []
 
         self._class_ids: list[int] = []
         self._class_names: list[str] = []
@@ -218,3 +220,8 @@ class DETECTION:
     @property
     def has_annotations(self) -> bool:
         return self._has_annotations
+
+    @property
+    def load_problems(self) -> list[str]:
+        """What loading the labels left out, clipped or dropped, one message per kind."""
+        return list(self._load_problems)

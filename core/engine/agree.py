@@ -23,7 +23,7 @@ import torch.distributed as dist
 from ..errors import ConfigError
 
 NODE_LOCAL = {"system.data_dir", "system.cache_dir", "system.result_dir", "db.image_dirs",
-              "db.annotation_files"}
+              "db.annotation_files", "db.data_yaml", "db.voc_root"}
 ARGS = ("start_iter", "initialize", "dry_run")  # the command-line values every rank must share
 SHOWN = 4  # differing keys named in the message; the rest are counted
 

@@ -84,3 +84,47 @@ def save_detections(path: Path, image: np.ndarray, top_bboxes: dict[int, np.ndar
     if not cv2.imwrite(str(path), draw_detections(drawn, named, thresh)):
         raise OSError(f"could not write {path}")
     return path
+
+
+PANEL_GAP = 4  # white pixels between the panels of draw_batch
+
+
+def heat_panel(heat: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(H, W, 3) uint8: a (h, w) heatmap in [0, 1], each cell a block of input pixels."""
+    big = cv2.resize(heat.astype(np.float32), (size[1], size[0]),
+                     interpolation=cv2.INTER_NEAREST)
+    return cv2.applyColorMap(np.uint8(np.clip(big, 0, 1) * 255), cv2.COLORMAP_INFERNO)
+
+
+def draw_batch(batch: dict, targets: list, configs: dict, names: list[str]) -> np.ndarray:
+    """(rows, columns, 3) uint8: one row per image of a sampler's `batch` (see core.sample):
+    the crop with its boxes, then the top-left and the bottom-right heatmaps of `targets` (as
+    render_targets gives them, on the CPU; max over classes) with arrows from each corner's cell
+    to its exact position (the offset target), then Saccade's attention maps."""
+    in_h, in_w = configs["input_size"]
+    out_h, out_w = configs["output_sizes"][0]
+    stride = np.array([in_w / out_w, in_h / out_h] * 2)
+    rows = []
+    for b in range(len(batch["image"])):
+        count = int(batch["num_objects"][b])
+        boxes = batch["boxes"][b, :count] * stride
+        image = batch["image"][b].copy()
+        for box, cls in zip(boxes, batch["classes"][b, :count]):
+            x1, y1, x2, y2 = (round(v) for v in box)
+            cv2.rectangle(image, (x1, y1), (x2, y2), class_color(names[cls]), 1)
+        panels = [image]
+        for heat, corner in ((targets[0], slice(0, 2)), (targets[1], slice(2, 4))):
+            panel = heat_panel(np.asarray(heat[b]).max(axis=0), (in_h, in_w))
+            for box in batch["boxes"][b, :count]:
+                exact = box[corner]
+                cell = np.trunc(exact)
+                start = tuple(int(v) for v in (cell + 0.5) * stride[:2])
+                end = tuple(int(v) for v in exact * stride[:2])
+                cv2.arrowedLine(panel, start, end, GT_COLOR, 1, tipLength=0.4)
+            panels.append(panel)
+        if len(targets) > 9:
+            panels += [heat_panel(np.asarray(att[b, 0]), (in_h, in_w)) for att in targets[9]]
+        gap = np.full((in_h, PANEL_GAP, 3), 255, np.uint8)
+        rows.append(np.concatenate([p for panel in panels for p in (panel, gap)][:-1], axis=1))
+    gap = np.full((PANEL_GAP, rows[0].shape[1], 3), 255, np.uint8)
+    return np.concatenate([r for row in rows for r in (row, gap)][:-1], axis=0)

@@ -1,0 +1,189 @@
+"""What a dataset holds and what the model will be shown, before any GPU hour is spent.
+
+`split_report(db, ...)` counts one split: images, objects per class (and the classes it lacks),
+objects per image, box sizes in COCO's small / medium / large (by box area: YOLO and VOC have no
+masks) and by aspect ratio, what the loader clipped or dropped and why, unreadable images,
+images without objects, duplicate images (by content hash), and, on a sample of images, the
+share of objects that the training crops (the config's own view drawing) cut off or remove.
+`training_batch(...)` builds a batch exactly as the sampler does and renders its dense targets
+exactly as training does, for `core.utils.vis`-style drawing by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from ..sample import data_sampling_func
+from ..sample.cornernet import cornernet_view
+from ..sample.cornernet_saccade import saccade_view
+from ..sample.render import render_targets
+from ..sample.utils import place_boxes, render_view
+from ..utils.files import write_file_atomic
+from ..utils.images import ImageReadError, read_image
+from ..utils.vis import draw_batch
+
+# COCO's area ranges (pixels^2) and the aspect-ratio bins (width / height) of the report.
+SMALL, MEDIUM = 32 ** 2, 96 ** 2
+ASPECT_BINS = (0.25, 0.5, 1.0, 2.0, 4.0)
+ASPECT_NAMES = ("<1:4", "1:4-1:2", "1:2-1:1", "1:1-2:1", "2:1-4:1", ">4:1")
+EXAMPLES = 5  # file names listed per finding; the counts are whole
+
+
+def _names(db: Any) -> list[str]:
+    return [db.cls2name(cls) for cls in range(1, db.num_classes + 1)]
+
+
+def _box_tables(db: Any) -> dict[str, Any]:
+    """Objects per class, per image, by size and by aspect ratio, from the labels alone."""
+    names = _names(db)
+    per_class = Counter()
+    per_image, sizes, aspects = [], Counter(), Counter()
+    crowds = 0
+    for ind in range(len(db)):
+        boxes = db.detections(ind)
+        crowds += len(db.crowd_boxes(ind))
+        per_image.append(len(boxes))
+        per_class.update(int(cls) for cls in boxes[:, 4])
+        w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+        area = w * h
+        sizes.update(np.where(area < SMALL, "small", np.where(area < MEDIUM, "medium", "large")
+                              ).tolist())
+        aspects.update(ASPECT_NAMES[k] for k in np.digitize(w / h, ASPECT_BINS))
+    counts = np.array(per_image, dtype=np.int64)
+    over = counts[counts > db.configs["max_objects"]] - db.configs["max_objects"]
+    without = [db.image_ids(ind) for ind in np.flatnonzero(counts == 0)]
+    return {
+        "images": len(db),
+        "objects": int(counts.sum()),
+        "crowd_regions": crowds,
+        "objects_per_class": {names[cls - 1]: per_class.get(cls, 0)
+                              for cls in range(1, len(names) + 1)},
+        "classes_missing": [names[cls - 1] for cls in range(1, len(names) + 1)
+                            if not per_class.get(cls)],
+        "objects_per_image": {"min": int(counts.min(initial=0)),
+                              "mean": float(counts.mean()) if counts.size else 0.0,
+                              "max": int(counts.max(initial=0)),
+                              "histogram": {str(k): int(v) for k, v in
+                                            sorted(Counter(counts.tolist()).items())}},
+        "images_without_labels": {"count": len(without), "examples": without[:EXAMPLES]},
+        "over_max_objects": {"images": len(over), "objects_dropped_by_the_sampler":
+                             int(over.sum())},
+        "box_sizes": {key: sizes.get(key, 0) for key in ("small", "medium", "large")},
+        "aspect_ratios": {key: aspects.get(key, 0) for key in ASPECT_NAMES},
+    }
+
+
+def _crop_cuts(boxes: np.ndarray, image: np.ndarray, sampling: str, configs: dict,
+               rng: np.random.Generator) -> list[float]:
+    """The share of each object's area that one training view of `image` keeps (0: removed)."""
+    if sampling == "cornernet_saccade":
+        view = saccade_view(rng, image.shape[:2], boxes, configs)
+    else:
+        view = cornernet_view(rng, image.shape[:2], configs)
+    in_h, in_w = configs["input_size"]
+    placement = render_view(image, view, np.zeros((in_h, in_w, 3), np.uint8))
+    whole = boxes[:, :4].astype(np.float64) * np.tile(placement.a, 2) + np.tile(placement.b, 2)
+    area = (whole[:, 2] - whole[:, 0]) * (whole[:, 3] - whole[:, 1])
+    kept, rows = place_boxes(boxes, placement, (0, 0, in_w, in_h), in_w)
+    share = np.zeros(len(boxes))
+    share[rows] = (kept[:, 2] - kept[:, 0]) * (kept[:, 3] - kept[:, 1]) / np.maximum(area[rows],
+                                                                                     1e-9)
+    return np.clip(share, 0.0, 1.0).tolist()
+
+
+def split_report(db: Any, sampling: str, crop_samples: int = 64, seed: int = 0,
+                 progress: Callable[[int, int], None] | None = None
+                 ) -> tuple[dict, dict, np.ndarray]:
+    """The report of one split, {content sha1: [file names]} of its readable images, and
+    (N, 4) float64 [cx, cy, w, h] of every object, normalised by its image's size.
+
+    Reads every image once (unreadable ones are listed with the reason); `crop_samples` of
+    them, drawn with `seed`, also get one training view each to measure the crop cut-offs.
+    """
+    report = _box_tables(db)
+    report["loader"] = list(db.load_problems)
+    rng = np.random.default_rng(seed)
+    sampled = set(rng.choice(len(db), size=min(crop_samples, len(db)), replace=False).tolist()
+                  if len(db) else [])
+    hashes: dict[str, list[str]] = {}
+    unreadable, shares, points = [], [], []
+    for ind in range(len(db)):
+        if progress:
+            progress(ind, len(db))
+        try:
+            image = read_image(db.image_path(ind))
+        except ImageReadError as err:
+            unreadable.append(f"{db.image_ids(ind)}: {err.reason}")
+            continue
+        with open(db.image_path(ind), "rb") as file:
+            digest = hashlib.sha1(file.read()).hexdigest()
+        hashes.setdefault(digest, []).append(db.image_ids(ind))
+        boxes = db.detections(ind)
+        height, width = image.shape[:2]
+        points.append(np.stack([(boxes[:, 0] + boxes[:, 2]) / 2 / width,
+                                (boxes[:, 1] + boxes[:, 3]) / 2 / height,
+                                (boxes[:, 2] - boxes[:, 0]) / width,
+                                (boxes[:, 3] - boxes[:, 1]) / height], axis=1))
+        if ind in sampled and len(boxes) and db.configs["rand_crop"]:
+            shares += _crop_cuts(boxes, image, sampling, db.configs, rng)
+    shares_array = np.array(shares)
+    report["unreadable_images"] = {"count": len(unreadable), "examples": unreadable[:EXAMPLES]}
+    duplicates = [names for names in hashes.values() if len(names) > 1]
+    report["duplicate_images"] = {"groups": len(duplicates), "examples": duplicates[:EXAMPLES]}
+    report["training_crops"] = {
+        "sampled_images": len(sampled), "sampled_objects": len(shares),
+        "removed": float((shares_array == 0).mean()) if shares else 0.0,
+        "mostly_cut": float(((shares_array > 0) & (shares_array < 0.5)).mean()) if shares
+        else 0.0,
+        "partly_cut": float(((shares_array >= 0.5) & (shares_array < 0.99)).mean()) if shares
+        else 0.0,
+        "note": ("" if db.configs["rand_crop"] else "db.rand_crop is off: whole images are used")
+        if sampled else "not sampled (the training split is)",
+    }
+    return report, hashes, np.concatenate(points or [np.zeros((0, 4))]).astype(np.float64)
+
+
+def across_splits(reports: dict[str, dict], hashes: dict[str, dict]) -> dict:
+    """Classes of one split missing from another, and images found in two splits."""
+    present = {split: {name for name, n in r["objects_per_class"].items() if n}
+               for split, r in reports.items()}
+    splits = list(reports)
+    only = {f"{a} not in {b}": sorted(present[a] - present[b])
+            for a in splits for b in splits if a != b and present[a] - present[b]}
+    shared = []
+    for k, a in enumerate(splits):
+        for b in splits[k + 1:]:
+            for digest in hashes[a].keys() & hashes[b].keys():
+                shared.append({a: hashes[a][digest], b: hashes[b][digest]})
+    return {"classes_in_one_split_only": only,
+            "images_in_two_splits": {"count": len(shared), "examples": shared[:EXAMPLES]}}
+
+
+def training_batch(system_config: Any, db: Any, images: int) -> tuple[dict, list]:
+    """A batch of `images` built by the config's sampler with augmentation, from the start of
+    the split's order as db.rng shuffles it, and its dense targets as training renders them
+    (on the CPU). Returns (batch of numpy arrays, targets as torch tensors)."""
+    sampler = data_sampling_func[system_config.sampling_function]
+    small = type(system_config)(system_config.root_dir).update_config(
+        {**system_config.full, "batch_size": images, "chunk_sizes": None})
+    db.shuffle_inds()
+    batch, _ = sampler(small, db, 0, data_aug=True)
+    tensors = {key: torch.from_numpy(value) for key, value in batch.items() if key != "meta"}
+    return batch, render_targets(tensors, db.configs, db.num_classes, static=False)
+
+
+def save_batch_picture(system_config: Any, db: Any, path: Any, images: int = 4) -> None:
+    """Write `path` (a .jpg): `images` augmented training images of `db` with their boxes and
+    rendered targets (see `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled):
+    pass one of its own."""
+    batch, targets = training_batch(system_config, db, images)
+    names = [db.cls2name(cls) for cls in range(1, db.num_classes + 1)]
+    encoded = cv2.imencode(".jpg", draw_batch(batch, targets, db.configs, names))[1]
+    write_file_atomic(path, lambda file: file.write(encoded.tobytes()))

@@ -1,0 +1,190 @@
+"""YOLO: images and txt labels in the layout Ultralytics reads and writes, named by a data.yaml.
+
+    system.dataset: "YOLO", db.data_yaml: "path/to/data.yaml"
+
+data.yaml: `path` (the dataset root; relative to the data.yaml's folder, which it defaults to),
+one key per split (the config's train_split, val_split, test_split) naming an images folder
+(searched recursively), a .txt list of image paths, or a list of these, relative to `path`;
+`names` as a list or an index map {0: name}; `nc`, if given, must agree. Each image's labels are
+in the parallel labels folder (the last `/images/` of its path replaced by `/labels/`, the
+extension by `.txt`): one object a line, `class cx cy w h` normalised to 0..1 (a polygon
+`class x1 y1 x2 y2 ...` counts as its enclosing box). An image without a label file has no
+objects. Class k is category id k + 1 in the converted COCO ground truth.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from core.config import ConfigError, SystemConfig
+
+from .converted import Converted, Problems, coco_dict, files_key, image_size
+from .detection import DatasetError
+from .yaml_subset import Unreadable, YamlError, parse
+
+IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+
+
+def read_data_yaml(path: Path) -> dict:
+    """The data.yaml at `path` with `root` (Path) and `names` (list of str) resolved."""
+    try:
+        content = parse(path.read_text(encoding="utf-8"), str(path))
+    except OSError as err:
+        raise DatasetError(f"cannot read db.data_yaml {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text") from None
+    except YamlError as err:
+        raise DatasetError(str(err)) from None
+    names = content.get("names")
+    if isinstance(names, Unreadable):
+        raise DatasetError(names.why)
+    if isinstance(names, dict):
+        if sorted(names) != list(range(len(names))):
+            raise DatasetError(f"{path}: names as a map must have the keys 0..{len(names) - 1}, "
+                               f"got {sorted(names, key=str)[:5]}")
+        names = [names[k] for k in range(len(names))]
+    if not isinstance(names, list) or not names:
+        raise DatasetError(f"{path}: 'names' must list the class names (a list, or a map "
+                           f"0: name, 1: name, ...), got {names!r}")
+    names = [str(name) for name in names]
+    if content.get("nc") is not None and content["nc"] != len(names):
+        raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} classes")
+    root = content.get("path")
+    root = _absolute(path.parent if root is None else path.parent / str(root))
+    return {**content, "root": root, "names": names}
+
+
+def _absolute(path: Path) -> Path:
+    """`path` made absolute with '..' and '.' removed but links kept, so that a linked image
+    keeps its place beside its labels (resolve() would follow the link away from them)."""
+    return Path(os.path.normpath(path.absolute()))
+
+
+def label_path(image: Path) -> Path:
+    """Ultralytics' rule: the last `/images/` of the path becomes `/labels/`, suffix `.txt`."""
+    parts = list(image.parts)
+    for k in range(len(parts) - 2, -1, -1):
+        if parts[k] == "images":
+            parts[k] = "labels"
+            break
+    return Path(*parts).with_suffix(".txt")
+
+
+def split_images(data: dict, split: str, data_yaml: Path) -> list[Path]:
+    """The image paths of `split` in order: a folder's sorted, a list file's as listed."""
+    splits = [key for key in data if key not in ("path", "names", "nc", "download", "root")]
+    if split not in data:
+        raise ConfigError(f"split '{split}' is not a key of {data_yaml} (its splits: "
+                          f"{', '.join(splits) or 'none'}); name one in system.train_split, "
+                          f"val_split or test_split")
+    entries = data[split]
+    if isinstance(entries, Unreadable):
+        raise DatasetError(entries.why)
+    if entries is None:
+        raise DatasetError(f"{data_yaml}: split '{split}' names no images")
+    images: list[Path] = []
+    for entry in entries if isinstance(entries, list) else [entries]:
+        where = data["root"] / str(entry)
+        if where.is_dir():
+            images += sorted(p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif where.is_file() and where.suffix == ".txt":
+            for line in where.read_text(encoding="utf-8", errors="replace").splitlines():
+                if line.strip():
+                    item = Path(line.strip())
+                    images.append(_absolute(where.parent / item))
+        else:
+            raise DatasetError(f"{data_yaml}: split '{split}': {where} is neither an images "
+                               f"folder nor a .txt list of images")
+    return images
+
+
+def parse_label_line(line: str, where: str, num_classes: int, problems: Problems,
+                     width: int, height: int) -> tuple | None:
+    """One `class cx cy w h` line as (x1, y1, x2, y2, class, 0, where) in pixels, or None."""
+    fields = line.split()
+    if len(fields) < 5 or (len(fields) > 5 and (len(fields) < 7 or len(fields) % 2 == 0)):
+        problems.add("malformed label lines", where,
+                     f"expected 5 numbers 'class cx cy w h' (or a class and polygon x y pairs), "
+                     f"got {len(fields)}: {line.strip()!r}")
+        return None
+    try:
+        numbers = [float(field) for field in fields]
+    except ValueError:
+        problems.add("malformed label lines", where, f"not numbers: {line.strip()!r}")
+        return None
+    cls = numbers[0]
+    if cls != int(cls) or not 0 <= cls < num_classes:
+        problems.add("class ids beyond the names", where,
+                     f"class id {fields[0]} is not one of 0..{num_classes - 1} (the names)")
+        return None
+    outside = [v for v in numbers[1:] if not 0.0 <= v <= 1.0]
+    if outside:
+        problems.add("coordinates outside 0..1", where,
+                     f"coordinate {outside[0]:g} is outside 0..1 (normalised cx cy w h "
+                     f"expected): {line.strip()!r}")
+        return None
+    if len(numbers) == 5:
+        cx, cy, w, h = numbers[1:]
+        return ((cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width,
+                (cy + h / 2) * height, int(cls), 0, where)
+    xs, ys = numbers[1::2], numbers[2::2]
+    return (min(xs) * width, min(ys) * height, max(xs) * width, max(ys) * height, int(cls), 0,
+            where)
+
+
+def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, dict]:
+    """(image root, COCO instances dict) of one split of a YOLO dataset."""
+    data = read_data_yaml(data_yaml)
+    root, names = data["root"], data["names"]
+    images, boxes = [], []
+    for image in split_images(data, split, data_yaml):
+        size = image_size(image)
+        if size is None:
+            problems.add("unreadable images", str(image), "cannot read its size (missing, "
+                         "truncated or not an image)")
+            continue
+        labels = label_path(image)
+        rows = []
+        if labels.is_file():
+            try:
+                text = labels.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as err:
+                problems.add("unreadable label files", str(labels), str(err))
+                continue
+            for number, line in enumerate(text.splitlines(), start=1):
+                if line.strip():
+                    row = parse_label_line(line, f"{labels}:{number}", len(names), problems,
+                                           *size)
+                    if row is not None:
+                        rows.append(row)
+        name = image.relative_to(root) if image.is_relative_to(root) else image
+        images.append((str(name), *size))
+        boxes.append(rows)
+    return root, coco_dict(images, boxes, names)
+
+
+class YOLO(Converted):
+    """A YOLO-format dataset; see the module docstring and DETECTION for the interface."""
+
+    _foreign_keys = ("voc_root", "names", "image_dirs", "annotation_files")
+
+    def _data_yaml(self, sys_config: SystemConfig) -> Path:
+        if self._configs["data_yaml"] is None:
+            raise ConfigError("system.dataset 'YOLO' needs db.data_yaml: the path of the "
+                              "dataset's data.yaml")
+        path = sys_config.resolve(self._configs["data_yaml"])
+        if not path.is_file():
+            raise FileNotFoundError(f"db.data_yaml not found: {path}")
+        return path
+
+    def _source(self, split: str, sys_config: SystemConfig) -> tuple[Path, str, str]:
+        data_yaml = self._data_yaml(sys_config)
+        data = read_data_yaml(data_yaml)
+        images = split_images(data, split, data_yaml)
+        key = files_key(str(data_yaml), data_yaml.read_text(encoding="utf-8"), split,
+                        files=[p for image in images for p in (image, label_path(image))])
+        return data["root"], key, str(data_yaml)
+
+    def _convert(self, split: str, sys_config: SystemConfig, problems: Problems) -> dict:
+        return read_split(self._data_yaml(sys_config), split, problems)[1]

@@ -1,0 +1,94 @@
+"""The same images and boxes as a COCO json, a YOLO folder and a VOC folder, written from a
+coco128 annotation file by code of the tests' own (not the project's converter)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+
+def _load(coco_json: Path, crowds: bool) -> dict:
+    """The annotation file with box areas (YOLO and VOC know boxes only) and, unless `crowds`,
+    no crowd regions (YOLO has none)."""
+    content = json.loads(coco_json.read_text())
+    content["annotations"] = [
+        {**ann, "area": ann["bbox"][2] * ann["bbox"][3]}
+        for ann in content["annotations"] if crowds or not ann.get("iscrowd", 0)]
+    return content
+
+
+def write_coco(coco_json: Path, out: Path, crowds: bool) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(_load(coco_json, crowds)))
+    return out
+
+
+def _link(images: Path, name: str, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    os.symlink(images / name, folder / name)
+
+
+def write_yolo(coco_jsons: dict[str, Path], images: Path, out: Path) -> Path:
+    """out/images/<split>/, out/labels/<split>/ and out/data.yaml; full float precision so that
+    the boxes come back as the same float32 numbers."""
+    names = None
+    lines = [f"path: {out}  # the root", ""]
+    for split, coco_json in coco_jsons.items():
+        content = _load(coco_json, crowds=False)
+        categories = sorted(content["categories"], key=lambda c: c["id"])
+        names = [c["name"] for c in categories]
+        index = {c["id"]: k for k, c in enumerate(categories)}
+        rows: dict[int, list[str]] = {image["id"]: [] for image in content["images"]}
+        sizes = {image["id"]: (image["width"], image["height"]) for image in content["images"]}
+        for ann in content["annotations"]:
+            x, y, w, h = ann["bbox"]
+            width, height = sizes[ann["image_id"]]
+            rows[ann["image_id"]].append(
+                f"{index[ann['category_id']]} {(x + w / 2) / width!r} {(y + h / 2) / height!r} "
+                f"{w / width!r} {h / height!r}")
+        for image in content["images"]:
+            _link(images, image["file_name"], out / "images" / split)
+            if rows[image["id"]]:  # an image without objects gets no label file
+                label = out / "labels" / split / Path(image["file_name"]).with_suffix(".txt")
+                label.parent.mkdir(parents=True, exist_ok=True)
+                label.write_text("\n".join(rows[image["id"]]) + "\n")
+        lines.append(f"{split}: images/{split}")
+    lines += ["", "names:"] + [f"  {k}: {name}" for k, name in enumerate(names)]
+    (out / "data.yaml").write_text("\n".join(lines) + "\n")
+    return out / "data.yaml"
+
+
+def write_voc(coco_jsons: dict[str, Path], images: Path, out: Path) -> list[str]:
+    """out/Annotations, out/JPEGImages, out/ImageSets/Main/<split>.txt; crowd regions are
+    `difficult` objects. Returns the class names in category-id order (for db.names)."""
+    names = []
+    for split, coco_json in coco_jsons.items():
+        content = _load(coco_json, crowds=True)
+        categories = sorted(content["categories"], key=lambda c: c["id"])
+        names = [c["name"] for c in categories]
+        by_id = {c["id"]: c["name"] for c in categories}
+        objects: dict[int, list[str]] = {image["id"]: [] for image in content["images"]}
+        for ann in content["annotations"]:
+            x, y, w, h = ann["bbox"]
+            objects[ann["image_id"]].append(
+                f"  <object>\n    <name>{escape(by_id[ann['category_id']])}</name>\n"
+                f"    <difficult>{int(ann.get('iscrowd', 0))}</difficult>\n    <bndbox>\n"
+                f"      <xmin>{x!r}</xmin><ymin>{y!r}</ymin>\n"
+                f"      <xmax>{x + w!r}</xmax><ymax>{y + h!r}</ymax>\n    </bndbox>\n"
+                f"  </object>")
+        ids = []
+        for image in content["images"]:
+            stem = Path(image["file_name"]).stem
+            ids.append(stem)
+            _link(images, image["file_name"], out / "JPEGImages")
+            (out / "Annotations").mkdir(parents=True, exist_ok=True)
+            (out / "Annotations" / f"{stem}.xml").write_text(
+                f"<annotation>\n  <filename>{image['file_name']}</filename>\n"
+                f"  <size><width>{image['width']}</width><height>{image['height']}</height>"
+                f"<depth>3</depth></size>\n" + "\n".join(objects[image["id"]]) +
+                "\n</annotation>\n")
+        (out / "ImageSets" / "Main").mkdir(parents=True, exist_ok=True)
+        (out / "ImageSets" / "Main" / f"{split}.txt").write_text("\n".join(ids) + "\n")
+    return names

@@ -1,0 +1,114 @@
+"""Stopping rules: system.patience stops a run whose AP does not improve, system.max_minutes
+stops a run before its deadline with a snapshot that resumes exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import time
+
+import pytest
+import torch
+from _train_helpers import REPO, losses, write_config
+
+from core.config import ConfigError, SystemConfig, load_config
+from core.engine.limits import Limits
+from core.engine.stop import RESUME_STATUS
+
+
+def test_evaluations_without_gain_count_from_the_best_record():
+    limits = Limits(patience=2, eval_iter=10, max_minutes=None)
+    assert limits.evaluations_without_gain(30, {"iteration": 10, "AP": 0.2}) == 2
+    assert limits.evaluations_without_gain(30, None) == 3
+    assert not limits.patience_spent(20, True, {"iteration": 10, "AP": 0.2})
+    assert limits.patience_spent(30, True, {"iteration": 10, "AP": 0.2})
+    assert not limits.patience_spent(31, False, {"iteration": 10, "AP": 0.2})  # no evaluation
+
+
+def test_the_deadline_is_near_when_the_next_iteration_would_end_past_it():
+    now = [0.0]
+    limits = Limits(patience=None, eval_iter=5, max_minutes=1, clock=lambda: now[0])
+    now[0] = 10.0
+    assert not limits.deadline_near(evaluated=False, next_evaluates=True)
+    now[0] = 40.0  # an evaluation took 30 s
+    assert not limits.deadline_near(evaluated=True, next_evaluates=False)
+    now[0] = 45.0  # the longest plain iteration took 10 s: 55 s is before 60 s
+    assert not limits.deadline_near(evaluated=False, next_evaluates=False)
+    assert limits.deadline_near(evaluated=False, next_evaluates=True)  # 45 + 30 > 60
+
+
+def test_patience_without_evaluations_is_refused():
+    with pytest.raises(ConfigError, match="system.patience counts evaluations"):
+        SystemConfig().update_config({"patience": 3, "eval_iter": 0})
+
+
+def _train():
+    spec = importlib.util.spec_from_file_location("train_script", REPO / "train.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _top_modules(folder) -> list[str]:
+    from core.dbs import datasets
+    from core.nnet.py_factory import NetworkFactory
+    system_config, db_config = load_config("Tiny128", folder)
+    db = datasets["COCO"](db_config, split=None, sys_config=system_config)
+    model = NetworkFactory(system_config, db, device="cpu").model
+    return sorted({name.split(".")[0] for name, _ in model.named_parameters()})
+
+
+@pytest.mark.slow  # a frozen model trained and evaluated 4 times in-process: about 40 s
+def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path, capsys):
+    folder = write_config(tmp_path, coco128, max_iter=40, eval_iter=2, eval_images=2,
+                          val_iter=0, snapshot=100, patience=2, learning_rate=0.0,
+                          db={"test_scales": [0.25], "num_dets": 100})
+    config = json.loads((folder / "Tiny128.json").read_text())
+    # every batch norm frozen (a model must keep something to train: tl_offs, at rate 0)
+    config["system"]["freeze"] = [m for m in _top_modules(folder) if m != "tl_offs"]
+    (folder / "Tiny128.json").write_text(json.dumps(config))
+    assert _train().main(["Tiny128", "--config-dir", str(folder), "--workers", "1",
+                          "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    # evaluations at 2 (the best), 4 and 6 (no gain): patience 2 is spent at 6
+    assert "stopped early after iteration 6: validation AP did not improve for 2" in out
+    snapshots = tmp_path / "cache" / "nnet" / "Tiny128"
+    assert (snapshots / "Tiny128_6.pkl").is_file() and (snapshots / "Tiny128_best.pkl").is_file()
+    best = torch.load(snapshots / "Tiny128_best.pkl", weights_only=True)["best"]
+    assert best["iteration"] == 2
+
+
+@pytest.mark.slow  # three short runs in-process: about a minute
+def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_path, capsys,
+                                                                   monkeypatch):
+    train = _train()
+    seen = []
+    reason = Limits.reason
+
+    def noted(self, *args):
+        seen.append((time.monotonic(), self.deadline))
+        return reason(self, *args)
+
+    monkeypatch.setattr(Limits, "reason", noted)
+    limited = write_config(tmp_path / "a", coco128, max_iter=400, val_iter=0, snapshot=1000,
+                           max_minutes=0.25)
+    args = ["Tiny128", "--workers", "1", "--device", "cpu"]
+    assert train.main([*args, "--config-dir", str(limited)]) == RESUME_STATUS
+    out = capsys.readouterr().out
+    assert "stopped at the deadline after iteration" in out
+    (stopped_at, deadline), = seen
+    assert deadline - 10 < stopped_at < deadline  # before the deadline, and not long before
+    stopped = max(losses(out))
+    assert 2 <= stopped < 400
+    snapshot = tmp_path / "a" / "cache" / "nnet" / "Tiny128" / f"Tiny128_{stopped}.pkl"
+    assert snapshot.is_file()
+    config = json.loads((limited / "Tiny128.json").read_text())
+    config["system"].update(max_minutes=None, max_iter=stopped + 2)
+    (limited / "Tiny128.json").write_text(json.dumps(config))
+    assert train.main([*args, "--config-dir", str(limited), "--iter", str(stopped)]) == 0
+    resumed = losses(capsys.readouterr().out)
+    whole = write_config(tmp_path / "b", coco128, max_iter=stopped + 2, val_iter=0,
+                         snapshot=1000)
+    assert train.main([*args, "--config-dir", str(whole)]) == 0
+    uninterrupted = losses(capsys.readouterr().out)
+    assert resumed == {it: uninterrupted[it] for it in (stopped + 1, stopped + 2)}
