@@ -338,3 +338,8 @@ def test_a_list_file_split_and_a_polygon_line(three, tmp_path):
     width, height = 448, 336  # 000000000536.jpg
     np.testing.assert_allclose(db.detections(0), [[0.1 * width, 0.2 * height, 0.5 * width,
                                                    0.75 * height, 4]], rtol=1e-6)
+
+
+def test_db_names_must_be_distinct_names():
+    with pytest.raises(ConfigError, match="db.names must list distinct class names"):
+        datasets["VOC"]({"names": ["cat", "cat"]})
