@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
+from core.config import CONFIG_DIR, add_set_arg, ConfigError, SystemConfig, load_config, lookup
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_set_arg(parser)
     add_runtime_args(parser)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     return parser.parse_args(argv)

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.config import CONFIG_DIR, add_set_arg, ConfigError, SystemConfig, config_path, load_config, lookup
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -86,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--raw-weights", action="store_true",
                         help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_set_arg(parser)
     add_runtime_args(parser)
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):

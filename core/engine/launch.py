@@ -148,7 +148,8 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
     try:
         check_args(args)  # again here: torchrun's processes start without launch's checks
-        system_config, db_config = load_config(args.cfg_file, args.config_dir)
+        system_config, db_config = load_config(args.cfg_file, args.config_dir,
+                                            overrides=getattr(args, "overrides", None))
         device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = cluster.placement(args, local_rank, procs)
