@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, add_set_arg, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.config import (
+    CONFIG_DIR,
+    ConfigError,
+    SystemConfig,
+    add_set_arg,
+    config_path,
+    load_config,
+    lookup,
+)
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -41,18 +49,6 @@ TESTDEV_IMAGES = ("testdev2017", "test2017")
 TESTDEV_RESULTS = "detections_test-dev2017_{}_results.json"
 WEIGHTS = {"ema": "the average of the weights (system.ema_decay; --raw-weights for the others)",
            "raw": "the trained weights"}
-
-
-def snapshot_arg(text: str) -> int | str:
-    """--testiter: an iteration number, 'best', or 'best.aside<k>' (a best snapshot that a later
-    run moved aside)."""
-    if re.fullmatch(r"best(\.aside\d+)?", text):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an iteration number or 'best', got "
-                                         f"{text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -182,7 +178,8 @@ def summary(run: DetectionRun, seconds: float, device: torch.device, evaluation:
 
 
 def main(args: argparse.Namespace) -> dict | None:
-    system_config, db_config = load_config(settings_name(args), args.config_dir)
+    system_config, db_config = load_config(settings_name(args), args.config_dir,
+                                           overrides=args.overrides)
     # A suffix config holds other test settings for the same network and snapshots.
     if settings_name(args) != args.cfg_file:
         system_config.full["snapshot_name"] = load_config(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from core.config import CONFIG_DIR, add_set_arg, SystemConfig
+from core.config import CONFIG_DIR, SystemConfig, add_set_arg
 from core.data.prefetch import Prefetcher
 from core.engine import preempt
 from core.engine.build import build, data_only

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup
+from core.config import CONFIG_DIR, snapshot_arg, ConfigError, load_config, lookup
 from core.dbs import DatasetError, datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -48,7 +48,7 @@ DEFAULT_OPSET = 18
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Export a snapshot to ONNX and check it")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--testiter", default=None,
+    parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best' (default: system.max_iter)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the .onnx file (default: beside the snapshot)")
@@ -61,12 +61,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = parser.parse_args(argv)
-    if args.testiter not in (None, "best"):
-        try:
-            args.testiter = int(args.testiter)
-        except ValueError:
-            parser.error(f"--testiter: expected an iteration number or 'best', got "
-                         f"{args.testiter!r}")
     return args
 
 
@@ -127,7 +121,7 @@ def main(args: argparse.Namespace) -> Path:
     example = torch.zeros(2, 3, rule["multiple"] - 1, 2 * rule["multiple"] - 1)
     meta = metadata(args.cfg_file, str(system_config.model or args.cfg_file),
                     int(db.configs["categories"]), settings, rule, output_names(model), testiter,
-                    nnet.evaluated_weights)
+                    nnet.evaluated_weights, nnet.config_record())
     start = time.perf_counter()
     names = export_onnx(graph, out, example, args.opset, meta, args.max_map * rule["stride"])
     seconds = time.perf_counter() - start

@@ -1,4 +1,5 @@
-"""`--set KEY=VALUE ...`: settings changed from the command line, checked like the JSON.
+"""Command-line settings of the scripts: `--set KEY=VALUE ...` (settings changed from the command
+line, checked like the JSON) and the snapshot argument `--testiter N|best`.
 
 `system.batch_size=8 db.input_size=[255,255] max_iter=2`: a key is `<section>.<key>`, or a bare
 key that only one section has. The value is read as JSON (numbers, true/false, null, lists) and
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any
 
 from ..errors import ConfigError, closest
@@ -49,3 +51,15 @@ def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[s
             raise ConfigError(f"--set {item}: unknown key {key}; {closest(key, valid)}")
         found[section][name] = _value(text)
     return found
+
+
+def snapshot_arg(text: str) -> int | str:
+    """--testiter of test.py, demo.py and export: an iteration number, 'best', or
+    'best.aside<k>' (a best snapshot that a later run moved aside)."""
+    if re.fullmatch(r"best(\.aside\d+)?", text):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an iteration number or 'best', got "
+                                         f"{text!r}") from None

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from core.config.rules import check_decode_settings
-from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
 from core.nnet.checkpoint import require_snapshot
+from core.nnet.export import INPUT_NAME, META_KEYS, describe_sizes, fits
 from core.utils.device import resolve_device
 
 from ..errors import UsageError

@@ -40,7 +40,7 @@ DETECTIONS = "detections"
 DEFAULT_MAX_MAP = 512
 # The ONNX metadata keys written by `metadata` (values are JSON text).
 META_KEYS = ("config", "model", "categories", "decode", "size_rule", "outputs", "iteration",
-             "weights")
+             "weights", "settings")
 
 
 class ScanPool(nn.Module):
@@ -130,12 +130,13 @@ def describe_sizes(rule: dict[str, int]) -> str:
 
 def metadata(config: str, model_name: str, categories: int, decode_kwargs: dict[str, Any],
              rule: dict[str, int], outputs: list[str], iteration: int | str,
-             weights: str = "raw") -> dict[str, str]:
+             weights: str = "raw", settings: dict | None = None) -> dict[str, str]:
     """The metadata written into the .onnx file, as {key: JSON text} (keys `META_KEYS`);
-    `weights` says which were exported: "ema" (the average, system.ema_decay) or "raw"."""
+    `weights` says which were exported: "ema" (the average, system.ema_decay) or "raw";
+    `settings` is the resolved config ({"system", "db"}), so the file alone can be run."""
     values = {"config": config, "model": model_name, "categories": categories,
               "decode": decode_kwargs, "size_rule": rule, "outputs": outputs,
-              "iteration": iteration, "weights": weights}
+              "iteration": iteration, "weights": weights, "settings": settings}
     return {key: json.dumps(values[key]) for key in META_KEYS}
 
 
