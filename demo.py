@@ -24,9 +24,6 @@ from typing import Any
 import cv2
 from tqdm import tqdm
 
-from cornernet.detector import Detector
-from cornernet.sources import frames, is_video
-from cornernet.sources import expand as expand_sources
 from core.config import CONFIG_DIR, add_set_arg, load_config, snapshot_arg
 from core.dbs.detection import DETECTION
 from core.engine.cli import run_cli
@@ -34,6 +31,9 @@ from core.errors import Stopped, UsageError
 from core.inference.onnx_runtime import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils.files import StorageError, probe_writable
+from cornernet.detector import Detector
+from cornernet.sources import expand as expand_sources
+from cornernet.sources import frames, is_video
 
 JSON_LINES = "detections.jsonl"
 
@@ -110,7 +110,7 @@ class Outputs:
         while self.json_path.resolve() in taken:
             number += 1
             self.json_path = out_dir / f"detections-{number}.jsonl"
-        self.out_dir, self.json = out_dir, open(self.json_path, "w")
+        self.out_dir, self.json = out_dir, open(self.json_path, "w")  # noqa: SIM115 - closed by close()
         self.writer: Any = None
         self.video_path: Path | None = None
         self.streams = 0

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from core.config import (
     config_path,
     load_config,
     lookup,
+    snapshot_arg,
 )
 from core.dbs import datasets
 from core.engine.cli import run_cli

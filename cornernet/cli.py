@@ -14,10 +14,12 @@ checkout they are the files at its root and in tools/.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import runpy
 import sys
 from pathlib import Path
+from types import ModuleType
 
 # subcommand: (module in the installed package, file in a checkout, what it does)
 COMMANDS = {
@@ -34,6 +36,17 @@ COMMANDS = {
                       "parameters, FLOPs and speed of a model (tools/analyze_model.py)"),
 }
 CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def load_script(name: str) -> ModuleType:
+    """The module of subcommand `name`'s script (imported, not run)."""
+    module, file, _ = COMMANDS[name]
+    if importlib.util.find_spec("cornernet._scripts") is not None:
+        return importlib.import_module(module)
+    spec = importlib.util.spec_from_file_location(f"cornernet_{name}", CHECKOUT / file)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
 def usage() -> str:

@@ -35,7 +35,8 @@ def class_table(system_config: SystemConfig, db_config: dict) -> tuple[list[str]
     the dataset is there, else "class <c>" and c."""
     count = int(db_config["categories"])
     try:  # a dataset that is not there is not made (Shapes would be generated) for its names
-        if not system_config.data_dir.is_dir():
+        named = system_config.val_split in (db_config.get("annotation_files") or {})
+        if not named and not system_config.data_dir.is_dir():
             raise FileNotFoundError(system_config.data_dir)
         db = lookup(datasets, system_config.dataset, "dataset")(
             db_config, split=system_config.val_split, sys_config=system_config)

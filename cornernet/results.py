@@ -10,7 +10,7 @@ import numpy as np
 from core.utils.vis import draw_detections
 
 
-@dataclass
+@dataclass(eq=False)
 class Result:
     """Detections of one image or frame, in its pixels.
 
@@ -34,6 +34,15 @@ class Result:
     source: str
     frame: int = 0
     image: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal detections of the same source and frame (the image is not compared)."""
+        if not isinstance(other, Result):
+            return NotImplemented
+        return (self.source, self.frame, self.names) == (other.source, other.frame,
+                                                         other.names) and all(
+            np.array_equal(getattr(self, key), getattr(other, key))
+            for key in ("boxes", "scores", "classes", "category_ids"))
 
     def __len__(self) -> int:
         return len(self.scores)

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, snapshot_arg, ConfigError, load_config, lookup
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import DatasetError, datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
