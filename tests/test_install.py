@@ -10,6 +10,7 @@ import sys
 import cv2
 import numpy as np
 import pytest
+import torch
 from _tiny_coco import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
@@ -75,6 +76,8 @@ def test_train_test_and_predict_from_an_empty_folder(installed, tmp_path):
     snapshot = work / "cache" / "nnet" / "CornerNet_Tiny" / "CornerNet_Tiny_2.pkl"
     assert snapshot.is_file(), done.stdout
     assert "done: 2 iterations" in done.stdout
+    record = torch.load(snapshot, weights_only=True)["config"]  # --set is part of the record
+    assert record["system"]["max_iter"] == 2 and record["db"]["num_val_images"] == 4
     done = call([cornernet, "test", "CornerNet_Tiny", "--testiter", "best", "--device", "cpu",
                  *SETTINGS], work, env)
     assert (work / "results" / "CornerNet_Tiny" / "best" / "val" / "metrics.json").is_file()

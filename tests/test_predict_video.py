@@ -8,9 +8,11 @@ import http.server
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 
 import cv2
 import numpy as np
@@ -130,6 +132,7 @@ print(frames, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 1,100 frames of inference on a shared CPU
 def test_memory_stays_flat_over_a_long_video(tiny, coco128, tmp_path):
     """Peak RSS after 100 and after 1,000 frames of 320x240 (a list of the frames alone would
     hold 230 MB): the same within 40 MB."""
@@ -145,3 +148,26 @@ def test_memory_stays_flat_over_a_long_video(tiny, coco128, tmp_path):
         peaks[frames] = peak
     print(f"peak RSS: {json.dumps(peaks)} MiB")
     assert peaks[1000] - peaks[100] < 40, peaks
+
+
+@pytest.mark.slow
+def test_ctrl_c_finishes_the_frame_and_closes_a_video_that_plays(tiny, coco128, tmp_path):
+    clip = write_video(tmp_path / "long.mp4", coco128, frames=400)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "demo.py"), "--snapshot",
+                             str(snapshot_of(tiny)), "--device", "cpu", "--images", str(clip),
+                             "--out", str(out)], cwd=ROOT, env=script_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = out / "detections.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None and (
+            not lines.is_file() or lines.stat().st_size == 0):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, stderr
+    assert "stopped by SIGINT: the outputs so far are closed and complete" in stderr
+    written = lines.read_text().splitlines()
+    count, sizes, _ = read_back(out / "long.mp4")
+    assert 0 < len(written) < 400
+    assert (count, sizes) == (len(written), {SIZE})
