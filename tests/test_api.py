@@ -134,3 +134,41 @@ def test_set_typo_is_one_line_and_exit_2_from_train_py():
     assert done.stderr.strip().splitlines() == [(
         "error: --set system.batchsize=8: unknown key system.batchsize; did you mean "
         "'system.batch_size'?")]
+
+
+def test_every_core_package_is_in_the_wheel():
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"])
+    on_disk = {str(p.parent.relative_to(ROOT)).replace("/", ".")
+               for p in (ROOT / "core").rglob("__init__.py")}
+    assert on_disk <= listed, sorted(on_disk - listed)
+
+
+def test_cornernet_help_lists_the_subcommands(capsys):
+    from cornernet.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    shown = capsys.readouterr().out
+    for name in ("train", "test", "predict", "export", "analyze results", "analyze model"):
+        assert f"  {name} " in shown
+
+
+def test_every_snapshot_command_takes_best():
+    import demo
+    from cornernet.cli import load_script
+
+    assert demo.parse_args(["Cfg", "--testiter", "best", "--images", "x", "--out", "o"]
+                           ).testiter == "best"
+    assert test_script.parse_args(["Cfg", "--testiter", "best.aside2"]).testiter == "best.aside2"
+    assert load_script("export").parse_args(["Cfg", "--testiter", "7"]).testiter == 7
+
+
+def test_the_readme_is_a_front_door_linking_every_docs_page():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 130
+    for page in (ROOT / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in readme, page.name
