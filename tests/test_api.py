@@ -172,3 +172,37 @@ def test_the_readme_is_a_front_door_linking_every_docs_page():
     assert len(readme.splitlines()) <= 130
     for page in (ROOT / "docs").glob("*.md"):
         assert f"(docs/{page.name})" in readme, page.name
+
+
+def test_test_py_names_decode_with_the_weight_average(tiny, capsys):
+    """The averaged weights are loaded into the model that the decode timer watches."""
+    snapshot = torch.load(snapshot_of(tiny), weights_only=True)
+    snapshot["ema"] = {f"module.{key}": value for key, value in snapshot["model"].items()}
+    snapshot["ema"]["n_averaged"] = torch.tensor(5)
+    torch.save(snapshot, tiny / "cache" / "nnet" / "CocoTiny" / "CocoTiny_7.pkl")
+    test_script.main(test_script.parse_args([
+        "CocoTiny", "--testiter", "7", "--device", "cpu", "--config-dir", str(tiny / "configs"),
+        "--images", "2"]))
+    shown = capsys.readouterr().out
+    assert "weights: the average of the weights" in shown
+    summary = next(line for line in shown.splitlines() if "images/s" in line)
+    assert "decode" in summary and "network" in summary
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_from_python_return_what_the_scripts_print(tmp_path):
+    import cornernet
+
+    where = {"cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path / "data"),
+             "result_dir": str(tmp_path / "results")}
+    done = cornernet.train("CornerNet_Tiny", workers=1, device="cpu", max_iter=2, snapshot=2,
+                           eval_iter=2, val_iter=0, num_train_images=16, num_val_images=4,
+                           **where)
+    assert done["status"] == 0
+    assert [p.name for p in done["snapshots"]] == ["CornerNet_Tiny_2.pkl",
+                                                  "CornerNet_Tiny_best.pkl"]
+    assert done["best"].name == "CornerNet_Tiny_best.pkl" and done["best_ap"] is not None
+    assert done["metrics"]["iteration"] == 2
+    metrics = cornernet.evaluate("CornerNet_Tiny", 2, device="cpu", num_val_images=4,
+                                 num_train_images=16, **where)
+    assert metrics["AP"] == pytest.approx(done["metrics"]["AP"], abs=1e-4)
