@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -165,7 +166,9 @@ def main(args: argparse.Namespace) -> list[Path]:
                          if detector.network.evaluated_weights == "ema" else "the trained ones"))
     outputs, stop = Outputs(args.out, sources), StopAfterFrame()
     written, bad, count = [], [], 0
-    bar = tqdm(unit="frame", desc="detecting", dynamic_ncols=True)
+    # On a terminal only (disable=None): a log or a pipe gets the summary line, not the bar.
+    bar = tqdm(unit="frame", desc="detecting", dynamic_ncols=True, disable=None)
+    start = time.perf_counter()
     try:
         for source in sources:
             before = count
@@ -199,8 +202,10 @@ def main(args: argparse.Namespace) -> list[Path]:
     finally:
         bar.close()
         outputs.close()
+    seconds = time.perf_counter() - start
     print(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
-          f"{outputs.json_path}" + (f"; unreadable: {', '.join(bad)}" if bad else ""))
+          f"{outputs.json_path}; {count / max(seconds, 1e-9):.1f} frames/s"
+          + (f"; unreadable: {', '.join(bad)}" if bad else ""))
     if stop.signum is not None:
         raise Stopped(stop.signum)
     if not written:
