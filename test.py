@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, ConfigError, SystemConfig, config_path, load_config, lookup
+from core.config import (
+    CONFIG_DIR,
+    ConfigError,
+    SystemConfig,
+    add_set_arg,
+    config_path,
+    load_config,
+    lookup,
+    snapshot_arg,
+)
 from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
@@ -43,18 +51,6 @@ TESTDEV_IMAGES = ("testdev2017", "test2017")
 TESTDEV_RESULTS = "detections_test-dev2017_{}_results.json"
 WEIGHTS = {"ema": "the average of the weights (system.ema_decay; --raw-weights for the others)",
            "raw": "the trained weights"}
-
-
-def snapshot_arg(text: str) -> int | str:
-    """--testiter: an iteration number, 'best', or 'best.aside<k>' (a best snapshot that a later
-    run moved aside)."""
-    if re.fullmatch(r"best(\.aside\d+)?", text):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an iteration number or 'best', got "
-                                         f"{text!r}") from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -89,6 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--raw-weights", action="store_true",
                         help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    add_set_arg(parser)
     add_runtime_args(parser)
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):
@@ -184,7 +181,8 @@ def summary(run: DetectionRun, seconds: float, device: torch.device, evaluation:
 
 
 def main(args: argparse.Namespace) -> dict | None:
-    system_config, db_config = load_config(settings_name(args), args.config_dir)
+    system_config, db_config = load_config(settings_name(args), args.config_dir,
+                                           overrides=args.overrides)
     # A suffix config holds other test settings for the same network and snapshots.
     if settings_name(args) != args.cfg_file:
         system_config.full["snapshot_name"] = load_config(

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from core.config import CONFIG_DIR, SystemConfig
+from core.config import CONFIG_DIR, SystemConfig, add_set_arg
 from core.data.check import save_batch_picture
 from core.data.prefetch import Prefetcher
 from core.engine import preempt
@@ -82,6 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="after that signal, requeue the SLURM job (system.requeue)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
+    add_set_arg(parser)
     return parser.parse_args(argv)
 
 

@@ -45,7 +45,8 @@ def test_folder_means_its_images_and_bad_files_are_named(tiny_coco, coco128):
     done = demo(tiny_coco, "--images", folder, "--out", tiny_coco / "pictures")
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in (tiny_coco / "pictures").iterdir()) == [
-        ".demo-drawn", "000000000529.jpg", "000000000531.jpg"]
+        ".demo-drawn", "000000000529.jpg", "000000000531.jpg", "detections.jsonl"]
+    assert len((tiny_coco / "pictures" / "detections.jsonl").read_text().splitlines()) == 2
     assert "broken.jpg" in done.stdout and "notes.txt" in done.stdout
     assert "drew 2 of 4 inputs" in done.stdout
 
@@ -57,7 +58,8 @@ def test_out_equal_to_the_input_folder_leaves_the_inputs_untouched(tiny_coco, co
     assert done.returncode == 0, done.stderr
     assert {name: (folder / name).read_bytes() for name in before} == before
     drawn = sorted({p.name for p in folder.iterdir()} - set(before))
-    assert drawn == [".demo-drawn", "000000000529-2.jpg", "000000000531-2.jpg"]
+    assert drawn == [".demo-drawn", "000000000529-2.jpg", "000000000531-2.jpg",
+                     "detections.jsonl"]
 
 
 def test_out_equal_to_the_input_folder_twice_never_draws_on_its_own_pictures(tiny_coco, coco128):
@@ -68,10 +70,10 @@ def test_out_equal_to_the_input_folder_twice_never_draws_on_its_own_pictures(tin
                                                                 "000000000531-2.jpg")}
     again = demo(tiny_coco, "--images", folder, "--out", folder)
     assert again.returncode == 0, again.stderr
-    assert "drew 2 of 2 inputs" in again.stdout  # the two photos, not the earlier pictures
+    assert "drew 2 of 2 inputs" in again.stdout  # the two photos, not the earlier outputs
     assert sorted(p.name for p in folder.iterdir()) == [
         ".demo-drawn", "000000000529-2.jpg", "000000000529.jpg", "000000000531-2.jpg",
-        "000000000531.jpg"]
+        "000000000531.jpg", "detections.jsonl"]
     assert {name: (folder / name).read_bytes() for name in pictures} == pictures
 
 

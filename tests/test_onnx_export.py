@@ -24,6 +24,7 @@ from core.inference.cornernet import decode_kwargs, network_input, resize_and_pa
 from core.inference.onnx_runtime import OnnxNetwork, open_network
 from core.nnet.export import compare_outputs
 from core.nnet.py_factory import NetworkFactory
+from cornernet import Detector, Result
 
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
@@ -111,26 +112,44 @@ def test_test_py_gives_the_same_ap_in_both_runtimes(exported):
         assert abs(metrics["onnxruntime"][name] - value) <= 0.002, name
 
 
-def test_demo_draws_the_same_detections_in_both_runtimes(exported, coco128, monkeypatch):
+def test_demo_draws_the_same_detections_in_both_runtimes(exported, coco128):
     root, _ = exported
-    drawn = {}
-
-    def capture(out, image, detections, names, thresh):
-        drawn.setdefault(runtime, []).append(detections)
-
-    monkeypatch.setattr(demo, "save_detections", capture)
+    lines = {}
     for runtime in ("torch", "onnxruntime"):
+        out = root / f"demo-{runtime}"
         demo.main(demo.parse_args([
             "CocoTiny", "--testiter", "0", "--config-dir", str(root / "configs"), "--device",
-            "cpu", "--runtime", runtime, "--out", str(root / "demo"), "--images",
+            "cpu", "--runtime", runtime, "--out", str(out), "--thresh", "0", "--images",
             str(coco128 / "images" / IMAGE), str(coco128 / "images" / "000000000531.jpg")]))
-    assert len(drawn["torch"]) == len(drawn["onnxruntime"]) == 2
-    for torch_dets, onnx_dets in zip(drawn["torch"], drawn["onnxruntime"]):
-        assert torch_dets.keys() == onnx_dets.keys()
-        assert sum(len(boxes) for boxes in torch_dets.values()) > 0
-        for cls, boxes in torch_dets.items():
-            assert onnx_dets[cls].shape == boxes.shape
-            np.testing.assert_allclose(onnx_dets[cls], boxes, rtol=1e-4, atol=1e-3)
+        lines[runtime] = [Result.from_json(line) for line in
+                          (out / "detections.jsonl").read_text().splitlines()]
+    assert len(lines["torch"]) == len(lines["onnxruntime"]) == 2
+    for ours, theirs in zip(lines["torch"], lines["onnxruntime"]):
+        assert len(ours) > 0
+        same_detections(ours, theirs)
+
+
+def same_detections(ours, theirs):
+    """The same boxes, scores and classes within the export tolerance (the order of equal
+    scores may differ)."""
+    assert len(ours) == len(theirs)
+    order_a, order_b = np.lexsort((ours.boxes[:, 0], -ours.scores)), np.lexsort(
+        (theirs.boxes[:, 0], -theirs.scores))
+    np.testing.assert_allclose(theirs.scores[order_b], ours.scores[order_a], rtol=1e-4,
+                               atol=1e-3)
+    np.testing.assert_allclose(theirs.boxes[order_b], ours.boxes[order_a], rtol=1e-4, atol=1e-3)
+    assert (theirs.classes[order_b] == ours.classes[order_a]).all()
+
+
+def test_detector_from_the_onnx_file_alone_equals_the_snapshot(exported, coco128):
+    root, _ = exported
+    snapshot = root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.pkl"
+    image = coco128 / "images" / IMAGE
+    from_onnx = Detector.from_onnx(snapshot.with_suffix(".onnx"), thresh=0.0)
+    assert from_onnx.system_config.snapshot_name == "CocoTiny"  # the metadata's record
+    assert from_onnx.names[0] == "person"
+    same_detections(next(Detector.from_snapshot(snapshot, "cpu", thresh=0.0).predict(image)),
+                    next(from_onnx.predict(image)))
 
 
 def one_line_error(done, *words):

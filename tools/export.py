@@ -29,7 +29,7 @@ import cv2
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import DatasetError, datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -66,7 +66,7 @@ OPSETS = range(18, 24)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Export a snapshot to ONNX and check it")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--testiter", default=None,
+    parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best' (default: system.max_iter)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the .onnx file (default: beside the snapshot)")
@@ -83,12 +83,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = parser.parse_args(argv)
-    if args.testiter not in (None, "best"):
-        try:
-            args.testiter = int(args.testiter)
-        except ValueError:
-            parser.error(f"--testiter: expected an iteration number or 'best', got "
-                         f"{args.testiter!r}")
     if args.opset not in OPSETS:
         parser.error(f"--opset {args.opset}: this export writes opsets {OPSETS.start} to "
                      f"{OPSETS.stop - 1}")
@@ -158,7 +152,7 @@ def main(args: argparse.Namespace) -> Path:
     meta = metadata(args.cfg_file, str(system_config.model or args.cfg_file),
                     int(db.configs["categories"]), settings, rule, output_names(model),
                     int(snapshot.get("iteration", testiter)), nnet.evaluated_weights,
-                    weights_digest(model.state_dict()), max_side)
+                    weights_digest(model.state_dict()), max_side, nnet.config_record())
     start = time.perf_counter()
     try:
         content, names = export_onnx(graph, example, args.opset, meta, max_side)

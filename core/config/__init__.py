@@ -5,15 +5,18 @@ holds what the values must mean. The names below are the public ones, as they al
 """
 
 from ..errors import ConfigError, closest, lookup
+from .overrides import add_set_arg, parse_overrides, snapshot_arg
 from .system import (
     CONFIG_DIR,
     PROJECT_ROOT,
     SystemConfig,
     check_db_config,
+    config_dirs,
     config_path,
     load_config,
     read_json,
 )
 
-__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "SystemConfig", "check_db_config",
-           "closest", "config_path", "load_config", "lookup", "read_json"]
+__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "SystemConfig", "add_set_arg",
+           "check_db_config", "closest", "config_dirs", "config_path", "load_config", "lookup",
+           "parse_overrides", "read_json", "snapshot_arg"]

@@ -2,8 +2,13 @@
 
 Every key has a default and a type. Updating with an unknown key or a value of the wrong type is
 an error that names the key and the closest valid one, so a typo never trains silently with a
-default. Relative paths (data, cache, results) resolve against the project root, not against the
-current directory, so `train.py` and `test.py` behave the same from anywhere.
+default. Relative paths (data, cache, results) resolve against the project root (the checkout),
+not against the current directory, so `train.py` and `test.py` behave the same from anywhere; an
+installed package (`pip install .`, no checkout) resolves them against the working directory.
+
+Configs are found by name: in `--config-dir` when one is given, else in `configs/` of the working
+directory first and then among the shipped ones (the checkout's configs/, or the installed
+package's `cornernet/configs`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, closest
+from .overrides import parse_overrides
 from .rules import NAME, check_db_rules, check_finite, check_system_rules
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = PROJECT_ROOT / "configs"
+_INSTALL_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages
+_CHECKOUT = (_INSTALL_ROOT / "pyproject.toml").is_file() and (_INSTALL_ROOT / "configs").is_dir()
+PROJECT_ROOT = _INSTALL_ROOT if _CHECKOUT else Path.cwd()
+# The shipped configs: the checkout's, or the package data of an installed `cornernet`.
+CONFIG_DIR = _INSTALL_ROOT / "configs" if _CHECKOUT else _INSTALL_ROOT / "cornernet" / "configs"
 
 _NUMBER = (int, float)
 
@@ -83,6 +92,8 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "val_split": ("validation", (str,), False),
     "test_split": ("testdev", (str,), False),
 }
+
+SYSTEM_KEYS = frozenset(_SYSTEM_SCHEMA)
 
 # Counts and periods that must be at least 1 (a 0 would divide by zero mid-training).
 _POSITIVE = {"snapshot", "stepsize", "batch_size", "prefetch_size", "decay_rate", "categories",
@@ -285,20 +296,33 @@ class SystemConfig:
         return self.snapshot_dir / f"{self.snapshot_name}_{iteration}.pkl"
 
 
-def config_path(name: str, config_dir: Path = CONFIG_DIR) -> Path:
+def config_dirs(config_dir: Path | None = CONFIG_DIR) -> list[Path]:
+    """Where config names are looked up, first first: a `--config-dir` alone; by default
+    (`CONFIG_DIR` or None) `configs/` of the working directory, then the shipped configs."""
+    if config_dir is not None and Path(config_dir) != CONFIG_DIR:
+        return [Path(config_dir)]
+    local = Path.cwd() / "configs"
+    return [local, CONFIG_DIR] if local.resolve() != CONFIG_DIR.resolve() else [CONFIG_DIR]
+
+
+def config_path(name: str, config_dir: Path | None = CONFIG_DIR) -> Path:
     """The file of config `name`; names are never paths, unknown ones list the valid names."""
-    available = sorted(p.stem for p in config_dir.glob("*.json") if NAME.match(p.stem))
+    folders = config_dirs(config_dir)
     if not NAME.match(name):  # never "did you mean" itself: say what a name must be
         plain = "a plain name (letters, digits, '_', '.', '-'): it names the cache and result folders"
-        if "/" not in name and (config_dir / f"{name}.json").is_file():
-            raise ConfigError(f"config {name!r} in {config_dir} is not {plain}; rename "
+        found = [f for f in folders if "/" not in name and (f / f"{name}.json").is_file()]
+        if found:
+            raise ConfigError(f"config {name!r} in {found[0]} is not {plain}; rename "
                               f"{name}.json to one")
-        raise ConfigError(f"unknown config {name!r} (looked in {config_dir}): a config is "
-                          f"{plain}, never a path")
-    if not (config_dir / f"{name}.json").is_file():
-        raise ConfigError(f"unknown config '{name}' (looked in {config_dir}); "
-                          f"{closest(name, available) if available else 'no configs found'}")
-    return config_dir / f"{name}.json"
+        raise ConfigError(f"unknown config {name!r} (looked in "
+                          f"{', '.join(map(str, folders))}): a config is {plain}, never a path")
+    for folder in folders:
+        if (folder / f"{name}.json").is_file():
+            return folder / f"{name}.json"
+    available = sorted({p.stem for folder in folders for p in folder.glob("*.json")
+                        if NAME.match(p.stem)})
+    raise ConfigError(f"unknown config '{name}' (looked in {', '.join(map(str, folders))}); "
+                      f"{closest(name, available) if available else 'no configs found'}")
 
 
 def read_json(path: Path) -> Any:
@@ -317,9 +341,17 @@ def read_json(path: Path) -> Any:
                           f"objects holding values and short lists") from None
 
 
-def load_config(name: str, config_dir: Path = CONFIG_DIR,
-                root_dir: Path = PROJECT_ROOT) -> tuple[SystemConfig, dict]:
-    """Read `<config_dir>/<name>.json` into a SystemConfig and a checked db dict.
+def _merged(section: Any, changes: dict) -> Any:
+    """A file's section with the --set changes (a section that is not an object is refused
+    by the check as it is)."""
+    return {**section, **changes} if isinstance(section, dict) else section
+
+
+def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
+                root_dir: Path | None = None,
+                overrides: list[str] | None = None) -> tuple[SystemConfig, dict]:
+    """Read `<config_dir>/<name>.json` into a SystemConfig and a checked db dict, with the
+    `--set` `overrides` ("section.key=value") applied and checked as "--set".
 
     The snapshot name defaults to the config name, as in the original.
     """
@@ -329,8 +361,13 @@ def load_config(name: str, config_dir: Path = CONFIG_DIR,
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""
         raise ConfigError(f"{path}: a config holds only 'system' and 'db' sections"
                           f"{'; found ' + ', '.join(sorted(extra)) if extra else ''}")
-    system = SystemConfig(root_dir).update_config(content.get("system", {}), str(path))
+    changes = parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": _DB_SCHEMA})
+    _check("system", _SYSTEM_SCHEMA, changes["system"], "--set")
+    _check("db", _DB_SCHEMA, changes["db"], "--set")
+    where = f"{path} with --set" if overrides else str(path)
+    system = SystemConfig(PROJECT_ROOT if root_dir is None else root_dir).update_config(
+        _merged(content.get("system", {}), changes["system"]), where)
     if system.snapshot_name is None:
         system.full["snapshot_name"] = name
-    db = check_db_config(content.get("db", {}), str(path))
+    db = check_db_config(_merged(content.get("db", {}), changes["db"]), where)
     return system, db

@@ -14,12 +14,15 @@ import json
 import re
 from typing import Any
 
+from ..errors import UserMistake
+
 _INT = re.compile(r"^[-+]?\d+$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
 
 
-class YamlError(ValueError):
-    """The message names the file and line."""
+class YamlError(UserMistake, ValueError):
+    """A data.yaml this reader cannot take (a user's mistake); the message names the file and
+    line."""
 
 
 class Unreadable:

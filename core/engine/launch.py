@@ -151,7 +151,8 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     try:
         check_environment()  # again here: torchrun's processes start without launch's checks
         check_args(args)
-        system_config, db_config = load_config(args.cfg_file, args.config_dir)
+        system_config, db_config = load_config(args.cfg_file, args.config_dir,
+                                               overrides=getattr(args, "overrides", None))
         device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = cluster.placement(args, local_rank, procs)

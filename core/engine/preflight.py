@@ -22,7 +22,8 @@ from ..utils.procs import remove_dead_mp_folders
 
 def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     """Raise the first mistake of the run `args` would start with `procs` processes a node."""
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    system_config, db_config = load_config(args.cfg_file, args.config_dir,
+                                           overrides=getattr(args, "overrides", None))
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config, rank, world) for rank in range(world)]
     device = resolve_device(distributed_kind(args.device) if args.distributed else args.device)

@@ -1,11 +1,33 @@
-"""What the inference code asks of a network: the torch NetworkFactory and the onnxruntime
-OnnxNetwork both answer it."""
+"""The network inference runs: a model with the weights to test, and nothing of training.
+
+`InferenceNetwork` is what test.py, demo.py and `cornernet.Detector` run in torch: the model of a
+config with a snapshot's weights (the weight average when the snapshot has one), in eval mode on
+one device. It has no optimizer, gradient scaler, freezing, SyncBatchNorm or distributed wrap, so
+the training-time device rules do not apply: a snapshot trained with `system.sync_bn: true` or
+`system.amp: "fp16"` on GPUs is tested on the CPU (SyncBatchNorm's weights are BatchNorm's; fp16
+training keeps float32 weights). The averaged weights are loaded into the model itself, so hooks
+on `model` (the decode timer of `detect`) see the weights that run.
+
+`Network` is what the inference code asks of any runtime; onnxruntime's `OnnxNetwork` answers it
+too.
+"""
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+from torch import nn
+
+from ..config import ConfigError, SystemConfig, check_db_config
+from ..config.system import SYSTEM_KEYS
+from ..models import build_model, load_original_state_dict, strip_module_prefix
+from ..nnet.checkpoint import SNAPSHOT_FORMAT, config_difference, plain, read_snapshot
+from ..utils.device import resolve_device
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Network(Protocol):
@@ -16,3 +38,93 @@ class Network(Protocol):
     device: torch.device
 
     def test(self, images: torch.Tensor, **kwargs: Any) -> tuple: ...
+
+
+def snapshot_config(snapshot: dict, path: Path) -> tuple[SystemConfig, dict]:
+    """The resolved config a snapshot of ours records, checked as a config file is.
+
+    Settings a later version no longer knows are left out (an old snapshot still opens).
+    """
+    record = snapshot.get("config") if snapshot.get("format") == SNAPSHOT_FORMAT else None
+    if not isinstance(record, dict) or "system" not in record:
+        raise ConfigError(f"{path} records no config (an official or foreign state dict): "
+                          "name the config it belongs to")
+    system = {k: v for k, v in record["system"].items() if k in SYSTEM_KEYS}
+    system_config = SystemConfig().update_config(system, f"{path} (its config record)")
+    return system_config, check_db_config(record.get("db", {}), f"{path} (its config record)")
+
+
+def weights_of(snapshot: dict, raw_weights: bool = False) -> tuple[dict, str]:
+    """(state dict to test, "ema" or "raw") of a snapshot of ours or a plain state dict.
+
+    The average (`ema`) when the snapshot holds one of at least one step, unless `raw_weights`.
+    """
+    if snapshot.get("format") != SNAPSHOT_FORMAT:
+        return strip_module_prefix(snapshot), "raw"
+    average = snapshot.get("ema")
+    if average is not None and not raw_weights and int(average["n_averaged"]) > 1:
+        return {key.removeprefix("module."): value for key, value in average.items()
+                if key != "n_averaged"}, "ema"
+    return snapshot["model"], "raw"
+
+
+class InferenceNetwork:
+    """A model of `system_config` with weights loaded, in eval mode on `device`.
+
+    Args:
+        system_config: names the model (`system.model`, else the config) and the precision
+            (`system.amp`: autocast where the device runs it, float32 otherwise).
+        db_config: `categories` sizes the heads.
+        device: as `core.utils.device.resolve_device` (default: the current GPU, else CPU).
+    """
+
+    def __init__(self, system_config: SystemConfig, db_config: dict,
+                 device: torch.device | str | None = None) -> None:
+        self.system_config, self.db_config = system_config, db_config
+        self.device = resolve_device(device)
+        self.model: nn.Module = build_model(system_config.model_name, db_config["categories"])
+        self.model.to(self.device).eval()
+        amp = AMP_DTYPES.get(system_config.amp)
+        # fp16 autocast on a CPU is slow and not what the weights need: float32 there.
+        self._amp = None if amp is torch.float16 and self.device.type != "cuda" else amp
+        self.evaluated_weights = "raw"
+
+    def load(self, snapshot: dict, path: Path, raw_weights: bool = False) -> InferenceNetwork:
+        """Load a snapshot's weights (the average unless `raw_weights`); a snapshot of another
+        model or class count is a ConfigError naming the difference."""
+        if snapshot.get("format") == SNAPSHOT_FORMAT:
+            differences = config_difference(snapshot.get("config", {}), {
+                "system": plain(self.system_config.full), "db": plain(self.db_config)})
+            if differences:
+                raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
+        weights, self.evaluated_weights = weights_of(snapshot, raw_weights)
+        try:
+            load_original_state_dict(self.model, weights)
+        except RuntimeError as err:
+            raise ConfigError(f"{path} does not fit this config: {err}") from None
+        return self
+
+    @classmethod
+    def from_file(cls, path: Path | str, system_config: SystemConfig | None = None,
+                  db_config: dict | None = None, device: torch.device | str | None = None,
+                  raw_weights: bool = False) -> InferenceNetwork:
+        """The network of snapshot file `path`; without a config, the one the snapshot records
+        (then `system_config`/`db_config` of the result are that record)."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no snapshot file {path}")
+        snapshot = read_snapshot(path)
+        if system_config is None or db_config is None:
+            system_config, db_config = snapshot_config(snapshot, path)
+        return cls(system_config, db_config, device).load(snapshot, path, raw_weights)
+
+    def eval_mode(self) -> None:
+        self.model.eval()
+
+    @torch.no_grad()
+    def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
+        """The model's test path `model(image, test=True, **kwargs)` on this device."""
+        autocast = (torch.autocast(self.device.type, dtype=self._amp) if self._amp is not None
+                    else contextlib.nullcontext())
+        with autocast:
+            return self.model(image.to(self.device), test=True, **kwargs)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from core.config.rules import check_decode_settings
-from core.nnet.checkpoint import read_snapshot
+from core.nnet.checkpoint import read_snapshot, require_snapshot
 from core.nnet.export import (
     IDENTITY_KEYS,
     INPUT_NAME,
@@ -34,10 +34,10 @@ from core.nnet.export import (
     snapshot_weights,
     weights_digest,
 )
-from core.nnet.py_factory import NetworkFactory
 from core.utils.device import resolve_device
 
 from ..errors import UsageError
+from .network import InferenceNetwork
 
 RUNTIMES = ("torch", "onnxruntime")
 
@@ -66,18 +66,16 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
                  raw_weights: bool = False) -> tuple[Any, Path]:
     """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
 
-    torch: a NetworkFactory with the snapshot loaded, in eval mode, running the weight average
-    when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
+    torch: an `InferenceNetwork` (no training factory) with the snapshot's weights, the weight
+    average when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
     (default `onnx_file`), checked against the config's name and class count; its weights are
     those the export took.
     """
     check_decode_settings(db.configs)
     if runtime == "torch":
-        nnet = NetworkFactory(system_config, db, device=device)
-        nnet.load_params(testiter, model_only=True)
-        nnet.use_ema = not raw_weights
-        nnet.eval_mode()
-        return nnet, system_config.snapshot_file(testiter)
+        path = require_snapshot(system_config, testiter)
+        return InferenceNetwork.from_file(path, system_config, db.configs, device,
+                                          raw_weights), path
     path = Path(onnx) if onnx is not None else onnx_file(system_config, testiter)
     if not path.is_file():
         raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "

@@ -1,0 +1,101 @@
+"""`pip install .` (a wheel, not editable) into a fresh environment, then the `cornernet`
+command from an empty folder: train, test, predict on a picture and a short video."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from _tiny_coco import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+# A tiny generated dataset and two iterations: the point is the installed command, not training.
+SETTINGS = ["--set", "system.max_iter=2", "system.snapshot=2", "system.eval_iter=2",
+            "system.val_iter=0", "system.display=1", "db.num_train_images=16",
+            "db.num_val_images=4"]
+
+
+def call(cmd, cwd, env, timeout=600):
+    done = subprocess.run(list(map(str, cmd)), check=False, capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=timeout)
+    assert done.returncode == 0, f"{cmd}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """(the venv's bin folder, an environment without this checkout on the path)."""
+    tmp = tmp_path_factory.mktemp("install")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # The machine's setuptools builds the wheel (no download); torch comes from the system
+    # site-packages so that the fresh environment does not fetch it again.
+    call([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+          "-w", tmp / "dist", ROOT], tmp, env)
+    wheel = next((tmp / "dist").glob("cornernet_lite_modern-*.whl"))
+    call([sys.executable, "-m", "venv", "--system-site-packages", tmp / "venv"], tmp, env)
+    bin_dir = tmp / "venv" / "bin"
+    call([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", wheel], tmp, env)
+    return bin_dir, env
+
+
+def test_the_wheel_names_its_licence_and_ships_the_configs(installed, tmp_path):
+    bin_dir, env = installed
+    code = ("import importlib.metadata as m, cornernet, core.config as c; "
+            "print(m.metadata('cornernet-lite-modern')['License-Expression']); "
+            "print(cornernet.__file__); print(sorted(p.stem for p in "
+            "c.CONFIG_DIR.glob('*.json')))")
+    done = call([bin_dir / "python", "-c", code], tmp_path, env)
+    licence, package, configs = done.stdout.splitlines()
+    assert licence == "BSD-3-Clause"
+    assert "site-packages" in package and str(ROOT) not in package
+    assert "CornerNet_Tiny" in configs and "CornerNet_Squeeze" in configs
+
+
+def test_cornernet_help_lists_the_subcommands(installed, tmp_path):
+    bin_dir, env = installed
+    done = call([bin_dir / "cornernet", "--help"], tmp_path, env)
+    for name in ("train", "test", "predict", "export", "analyze results", "analyze model"):
+        assert f"  {name} " in done.stdout, done.stdout
+    wrong = subprocess.run([bin_dir / "cornernet", "trian"], check=False, capture_output=True,
+                           text=True, cwd=tmp_path, env=env)
+    assert wrong.returncode == 2 and "did you mean 'train'" in wrong.stderr
+
+
+def test_train_test_and_predict_from_an_empty_folder(installed, tmp_path):
+    bin_dir, env = installed
+    work = tmp_path / "empty"
+    work.mkdir()
+    cornernet = bin_dir / "cornernet"
+    done = call([cornernet, "train", "CornerNet_Tiny", "--workers", "1", "--device", "cpu",
+                 *SETTINGS], work, env)
+    snapshot = work / "cache" / "nnet" / "CornerNet_Tiny" / "CornerNet_Tiny_2.pkl"
+    assert snapshot.is_file(), done.stdout
+    assert "done: 2 iterations" in done.stdout
+    record = torch.load(snapshot, weights_only=True)["config"]  # --set is part of the record
+    assert record["system"]["max_iter"] == 2 and record["db"]["num_val_images"] == 4
+    done = call([cornernet, "test", "CornerNet_Tiny", "--testiter", "best", "--device", "cpu",
+                 *SETTINGS], work, env)
+    assert (work / "results" / "CornerNet_Tiny" / "best" / "val" / "metrics.json").is_file()
+    assert "images/s" in done.stdout
+
+    picture = next((work / "data" / "shapes" / "images" / "val").iterdir())
+    clip = work / "clip.mp4"
+    writer = cv2.VideoWriter(str(clip), cv2.VideoWriter_fourcc(*"mp4v"), 5.0, (128, 96))
+    for k in range(6):
+        writer.write(np.full((96, 128, 3), 40 * k, np.uint8))
+    writer.release()
+    call([cornernet, "predict", "--snapshot", snapshot, "--images", picture, clip,
+          "--out", work / "out", "--device", "cpu"], work, env)
+    assert (work / "out" / picture.name).is_file()
+    lines = (work / "out" / "detections.jsonl").read_text().splitlines()
+    assert len(lines) == 1 + 6
+    capture = cv2.VideoCapture(str(work / "out" / "clip.mp4"))
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 6
+    capture.release()
+    assert sorted(p.name for p in work.iterdir()) == ["cache", "clip.mp4", "data", "out",
+                                                      "results"]
