@@ -257,13 +257,3 @@ def test_submit_py_a_refusal_by_sbatch_is_one_line(slurm, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: sbatch refused the job: ")
     assert "partition" in lines[0].lower()
 
-
-def test_submit_py_wait_on_a_failing_job_is_one_line(slurm, tmp_path):
-    pytest.importorskip("submitit")
-    config_dir = write_config(tmp_path, Path("/nonexistent"))  # its images are nowhere
-    done = submit_py(slurm, tmp_path, NAME, "--gpus-per-node", "1", "--cpus-per-task", "1",
-                     "--hours", "0.2", "--wait", "--", "--config-dir", str(config_dir),
-                     "--workers", "1")
-    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
-    assert done.returncode == 1, done.stderr
-    assert len(errors) == 1 and "failed:" in errors[0] and "Traceback" not in done.stderr

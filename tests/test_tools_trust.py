@@ -174,3 +174,25 @@ def test_a_second_test_py_on_a_results_folder_in_use_is_one_line(coco128, tmp_pa
                 "--images", 1, "--device", "cpu")
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
+
+
+def test_submit_wait_on_a_failed_job_is_one_line_with_exit_1(tmp_path, monkeypatch, capsys):
+    submit = load_tool("submit")
+
+    class FailedJob:
+        job_id = "41"
+
+        def result(self):
+            raise RuntimeError("Job (task=0) failed during processing with trace:\n"
+                               "----------------------\nTraceback (most recent call last):\n"
+                               "  File x\nsubmitit.core.utils.FailedJobError: error: rank 0: "
+                               "no images")
+
+    monkeypatch.setattr(submit, "executor", lambda args: type(
+        "Ex", (), {"submit": staticmethod(lambda training: FailedJob())})())
+    with pytest.raises(SystemExit) as caught:
+        submit.main(["CornerNet_Squeeze", "--wait", "--folder", str(tmp_path / "%j")])
+    assert caught.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [(f"error: job 41 failed: submitit.core.utils.FailedJobError: error: rank 0: "
+                   f"no images; its logs: {tmp_path / '41'}")]

@@ -20,6 +20,8 @@ or a failed job under --wait ends in one line (the project's exit table).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import signal
 import sys
@@ -150,10 +152,15 @@ def first_words(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config_path(args.cfg, config_dir(args.train_args))  # a name the tasks could not find: now
+    said = io.StringIO()  # submitit copies sbatch's stderr here: the refusal is our one line
     try:
-        job = executor(args).submit(Training(args.cfg, args.train_args))
+        with contextlib.redirect_stderr(said):
+            job = executor(args).submit(Training(args.cfg, args.train_args))
     except Exception as err:  # noqa: BLE001 - sbatch's refusal arrives wrapped by submitit
         raise UsageError(f"sbatch refused the job: {first_words(err)}") from None
+    finally:
+        sys.stderr.write("".join(line for line in said.getvalue().splitlines(keepends=True)
+                                 if "sbatch: error" not in line))
     print(f"submitted job {job.job_id}: logs in {args.folder.replace('%j', str(job.job_id))}; "
           + ("requeued after each time limit until training ends" if args.max_requeues ==
              UNLIMITED_REQUEUES else f"requeued after at most {args.max_requeues} time limits"))
