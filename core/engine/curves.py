@@ -7,6 +7,7 @@ pyplot (no GUI backend); tools/plot_metrics.py and the end-of-run report both dr
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..utils.files import write_file_atomic
+from .metrics import read_lines
 
 AP_KEYS = ("AP", "AP50", "AP75")
 PANEL_INCHES = (9.0, 3.0)
@@ -143,3 +145,37 @@ def _draw_ap(axis, curves: Curves) -> None:
 
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr)
+
+
+NO_MATPLOTLIB = ('the run report needs matplotlib: pip install -e ".[plot]" (metrics.jsonl '
+                 'holds every value; tools/plot_metrics.py draws it later)')
+EVALUATION_PICTURES = ("pr_curves.png", "per_class_ap.png", "confusion_matrix.png")
+
+
+def write_run_report(folder: Path, evaluated: Path | None, log: Callable[[str], None]
+                     ) -> list[Path]:
+    """The report of a run in its snapshot `folder`: metrics.png (the curves of metrics.jsonl)
+    and a copy of the last evaluation's pictures (from its results folder `evaluated`).
+    Without matplotlib, one line; returns the pictures written."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        log(NO_MATPLOTLIB)
+        return []
+    written: list[Path] = []
+    try:
+        records = read_lines(folder / "metrics.jsonl")
+        if any(_is_number(r.get("loss")) for r in records):
+            curves = select_curves(records, folder / "metrics.jsonl", log)
+            plot(curves, folder / "metrics.png",
+                 f"{folder.name}: iteration {curves.last_iteration}")
+            written.append(folder / "metrics.png")
+        for name in EVALUATION_PICTURES:
+            if evaluated is not None and (evaluated / name).is_file():
+                shutil.copyfile(evaluated / name, folder / name)
+                written.append(folder / name)
+    except Exception as err:  # noqa: BLE001 - a picture must not turn a run into a failure
+        log(f"warning: the run report stopped ({type(err).__name__}: {err})")
+    if written:
+        log(f"wrote the run report to {folder}: {', '.join(p.name for p in written)}")
+    return written
