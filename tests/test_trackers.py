@@ -34,7 +34,8 @@ def _lines(folder) -> dict[int, dict[str, float]]:
     out = {}
     for text in (folder / "metrics.jsonl").read_text().splitlines():
         line = json.loads(text)
-        out[line.pop("iteration")] = {k: float(v) for k, v in line.items()
+        iteration = line.pop("iteration")
+        out[iteration] = {k: float(v) for k, v in line.items()
                                       if isinstance(v, (int, float)) and not isinstance(v, bool)}
     return out
 
@@ -57,7 +58,8 @@ def _wandb_history(run_dir) -> dict[int, dict[str, float]]:
             record = pb.Record()
             record.ParseFromString(pending)
             if record.WhichOneof("record_type") == "history":
-                items = {i.key: json.loads(i.value_json) for i in record.history.item}
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                         for i in record.history.item}
                 step = int(items.pop("_step"))
                 out.setdefault(step, {}).update({k: float(v) for k, v in items.items()
                                                  if not k.startswith("_")})
@@ -72,6 +74,7 @@ def test_mlflow_and_wandb_get_every_line_and_the_report(coco128, tmp_path, monke
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 wants it for file:// stores
     (tmp_path / "wandb").mkdir()
     uri = (tmp_path / "mlruns").as_uri()
     settings = {"eval_iter": 2, "eval_images": 2, "val_iter": 0, "batch_pictures": False,
