@@ -11,6 +11,7 @@ import sys
 import pytest
 from _train_helpers import REPO, write_config
 
+from core.engine.curves import NO_MATPLOTLIB
 from core.engine.trackers import wanted
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -123,9 +124,10 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_a_missing_package_or_a_server_down_is_one_warning(coco128, tmp_path, monkeypatch,
+def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_path, monkeypatch,
                                                              capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # and no report pictures
     folder = write_config(tmp_path, coco128, max_iter=2, val_iter=0, batch_pictures=False,
                           trackers=["mlflow", "wandb"],
                           mlflow_uri=f"http://127.0.0.1:{_closed_port()}")
@@ -137,6 +139,8 @@ def test_a_missing_package_or_a_server_down_is_one_warning(coco128, tmp_path, mo
     assert warnings[1].startswith("warning: wandb is not installed") and \
         'pip install -e ".[wandb]"' in warnings[1]
     assert "iteration 2: loss" in out
+    assert [line for line in out.splitlines() if "needs matplotlib" in line] == [NO_MATPLOTLIB]
+    assert not (tmp_path / "cache" / "nnet" / "Tiny128" / "metrics.png").exists()
 
 
 def test_trackers_by_config_or_environment():
