@@ -127,7 +127,7 @@ def _matrix_figure(matrix: np.ndarray, names: Sequence[str]):
     shown = np.ma.masked_equal(matrix, 0)
     image = axis.imshow(shown, cmap="viridis",
                         norm=LogNorm(vmin=1, vmax=max(int(matrix.max()), 2)))
-    figure.colorbar(image, ax=axis, label="count")
+    figure.colorbar(image, ax=axis, label="count", fraction=0.04, shrink=0.6)
     ticks = np.arange(len(labels))
     small = 5 if len(labels) > 30 else 8
     axis.set_xticks(ticks, labels, rotation=90, fontsize=small)
