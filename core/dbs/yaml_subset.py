@@ -14,12 +14,14 @@ import json
 import re
 from typing import Any
 
+from ..errors import UserMistake
+
 _INT = re.compile(r"^[-+]?\d+$")
 _FLOAT = re.compile(r"^[-+]?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$")
 
 
-class YamlError(ValueError):
-    """The message names the file and line."""
+class YamlError(UserMistake, ValueError):
+    """The message names the file and line (a user's file: a user mistake, exit 2)."""
 
 
 class Unreadable:
