@@ -30,6 +30,7 @@ from core.data.prefetch import Prefetcher
 from core.engine import preempt
 from core.engine.agree import agree_all
 from core.engine.build import build, data_only
+from core.engine.curves import write_run_report
 from core.engine.launch import launch
 from core.engine.limits import Limits
 from core.engine.metrics import EVAL_KEYS, display_line, open_metrics, training_values
@@ -37,6 +38,7 @@ from core.engine.schedule import due, learning_rate_at
 from core.engine.snapshots import Saver
 from core.engine.steps import validate
 from core.engine.stop import held_back, stop_request
+from core.engine.trackers import open_trackers
 from core.errors import Stopped
 from core.utils.peers import PeerWatch
 
@@ -125,8 +127,13 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 start=start // every["val"], **common)) if every["val"] else None
         bar = stack.enter_context(tqdm(range(start + 1, system_config.max_iter + 1),
                                        disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
-        metrics = open_metrics(system_config.snapshot_dir, start, bar, log, rank == 0)
+        folder = system_config.snapshot_dir
+        metrics = open_metrics(folder, start, bar, log, rank == 0, open_trackers(
+            system_config.full, db_config, folder, start, log, enabled=rank == 0))
         stack.callback(metrics.close)
+        if rank == 0:  # the report at the end, also of a stopped run: pictures, and to trackers
+            stack.callback(lambda: metrics.artifacts(
+                write_run_report(folder, evaluate.last_results, log)))
         if watch is not None:
             stack.callback(watch.close)
         nnet.train_mode()
@@ -150,9 +157,9 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 if evaluate.due(it):
                     found = evaluate(nnet, it)
                     if found is not None:
-                        metrics.put(**{k: found[k] for k in EVAL_KEYS},
-                                    eval_weights=nnet.evaluated_weights)
                         saver.evaluated(it, found["AP"], job.best)
+                        metrics.put(**{k: found[k] for k in EVAL_KEYS}, **job.best.values(),
+                                    eval_weights=nnet.evaluated_weights)
                 metrics.write(it)
                 # one all-reduce: stop?, by the resume signal?, a snapshot by the clock?, and
                 # the stopping rules: AP not improving, the deadline near

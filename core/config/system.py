@@ -82,6 +82,12 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
     "patience": (None, (int,), True),
     "max_minutes": (None, _NUMBER, True),
+    # experiment trackers besides TensorBoard (core/engine/trackers.py): "mlflow", "wandb";
+    # CORNERNET_TRACKERS=mlflow,wandb turns them on too
+    "trackers": (None, (list,), True),
+    "mlflow_uri": (None, (str,), True),
+    "mlflow_experiment": (None, (str,), True),
+    "wandb_project": (None, (str,), True),
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),

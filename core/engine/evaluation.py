@@ -10,6 +10,7 @@ inside the next iteration's first collective.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -41,6 +42,7 @@ class Evaluator:
         self.make_db = make_db
         self.rank, self.world, self.distributed = rank, world, distributed
         self._db = None
+        self.last_results: Path | None = None  # the results folder of the last evaluation
 
     def check(self, training_db: DETECTION) -> None:
         """Load the validation split now, before training, and refuse one that cannot be scored
@@ -99,6 +101,7 @@ class Evaluator:
             return None
         found = DetectionRun.merge(parts)
         out_dir = self.system_config.result_dir / str(iteration) / self.system_config.val_split
+        self.last_results = out_dir
         # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
         return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],
                      unreadable=found.unreadable, weights=nnet.evaluated_weights)

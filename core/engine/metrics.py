@@ -3,7 +3,8 @@
 The loop puts values (loss terms, learning rate, throughput, validation AP, ...) as they are
 made; at the end of the iteration `Metrics.write` hands whatever was put to every writer: a JSON
 lines file (`metrics.jsonl`, one object a line with its `iteration`), TensorBoard event files
-when the `tensorboard` extra is installed, and the progress bar. Only rank 0 writes.
+when the `tensorboard` extra is installed, the progress bar, and the MLflow and W&B trackers
+asked for (trackers.py). Only rank 0 writes.
 """
 
 from __future__ import annotations
@@ -155,18 +156,25 @@ class Metrics:
                 writer.write(iteration, self.pending)
         self.pending = {}
 
+    def artifacts(self, paths: list[Path]) -> None:
+        """Hand files (the report pictures) to the writers that keep files (the trackers)."""
+        for writer in self.writers:
+            if hasattr(writer, "artifacts"):
+                writer.artifacts(paths)
+
     def close(self) -> None:
         for writer in self.writers:
             writer.close()
 
 
 def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
-                 enabled: bool) -> Metrics:
+                 enabled: bool, trackers: list[Writer] = ()) -> Metrics:
     """The writers of a run whose files live in `folder` (rank 0: `enabled`; other ranks write
-    nothing)."""
+    nothing), and the experiment `trackers` (trackers.py) opened for it."""
     if not enabled:
         return Metrics([])
-    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start, log), BarWriter(bar)]
+    writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start, log), BarWriter(bar),
+                             *trackers]
     board = tensorboard_writer(folder / "tb", start, log)
     if board is not None:
         writers.append(board)

@@ -103,6 +103,12 @@ class Best:
         save(self.path)
         return True
 
+    def values(self) -> dict[str, float | int]:
+        """{"best_AP", "best_iteration"} for the metrics writers, or {} before any best."""
+        if self.record is None:
+            return {}
+        return {"best_AP": self.record["AP"], "best_iteration": self.record["iteration"]}
+
 
 class Saver:
     """The loop's snapshots: numbered ones every `system.snapshot` iterations and at the end

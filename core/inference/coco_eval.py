@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserMistake
+from .error_analysis import confusion_matrix, read_run
 from .per_class import format_per_class, per_class_ap
+from .report import matplotlib_missing, write_report
 
 METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl",
                 "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
@@ -134,7 +136,7 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
           backend: str = "faster", *, image_ids: Sequence[int] | None = None,
           unreadable: Mapping[int, str] | None = None,
           results_name: str = "results.json", weights: str = "raw",
-          class_table: bool = False) -> dict[str, float] | None:
+          class_table: bool = False, report: bool = True) -> dict[str, float] | None:
     """Write the COCO results file to `out_dir` and, when the split has boxes, `metrics.json`
     (the summary, and AP and AP50 of each category under "per_class").
 
@@ -151,6 +153,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         results_name: file name of the results (test-dev submissions have a fixed pattern).
         weights: which weights made the detections ("raw" or "ema"), recorded in metrics.json.
         class_table: print the AP and AP50 of each category (all go to metrics.json).
+        report: also write the report (report.py): pr_curves.json and, with matplotlib, the
+            precision-recall curves, per-class AP bars and confusion matrix pictures.
 
     Returns:
         The 12 metrics, or None for a split without boxes (test-dev) or backend "none", which
@@ -194,6 +198,13 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         "annotation_file": str(db.annotation_file),
     }, indent=2))
     print(f"wrote {metrics_file}")
+    if report:
+        order = evaluator.params.catIds
+        matrix = None
+        if not matplotlib_missing():
+            truth, found, _ = read_run(Path(db.annotation_file), result_file, image_ids)
+            matrix = confusion_matrix(truth, found, order)
+        write_report(out_dir, evaluator.eval["precision"], [names[i] for i in order], matrix)
     return metrics
 
 

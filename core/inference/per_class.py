@@ -17,12 +17,13 @@ import numpy as np
 
 def per_class_ap(precision: np.ndarray, category_ids: Sequence[int],
                  names: Sequence[str]) -> list[dict]:
-    """[{"id", "name", "AP", "AP50"}] per category, in the order of `category_ids` (the
-    evaluator's `params.catIds`); AP and AP50 are None for a category without ground truth."""
+    """[{"id", "name", "AP", "AP50", "AP75"}] per category, in the order of `category_ids` (the
+    evaluator's `params.catIds`); the APs are None for a category without ground truth."""
     rows = []
     for k, (category_id, name) in enumerate(zip(category_ids, names)):
         values = {}
-        for key, part in (("AP", precision[:, :, k, 0, -1]), ("AP50", precision[0, :, k, 0, -1])):
+        for key, part in (("AP", precision[:, :, k, 0, -1]), ("AP50", precision[0, :, k, 0, -1]),
+                          ("AP75", precision[5, :, k, 0, -1])):
             valid = part[part > -1]
             values[key] = float(valid.mean()) if valid.size else None
         rows.append({"id": int(category_id), "name": str(name), **values})
