@@ -112,7 +112,8 @@ def main(args: argparse.Namespace) -> list[Path]:
 
     db = class_source(system_config, db_config)
     names = db.cls2name if db.class_ids else (lambda cls: f"class {cls}")
-    nnet, _ = open_network(args.runtime, system_config, db, testiter, args.device, args.onnx)
+    nnet, _ = open_network(args.runtime, system_config, db, testiter, args.device, args.onnx,
+                           precision=args.precision)
     print("weights: " + ("the average (system.ema_decay)" if nnet.evaluated_weights == "ema"
                          else "the trained ones"))
     inference = lookup(test_func, system_config.sampling_function, "sampling function")

@@ -208,12 +208,15 @@ def main(args: argparse.Namespace) -> dict | None:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
 
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
-                                    args.onnx, raw_weights=args.raw_weights)
-    print(f"loading {model_file} ({args.runtime})")
+                                    args.onnx, raw_weights=args.raw_weights,
+                                    precision=args.precision)
+    # OpenVINO's precision changes the results: a journal of another precision is not resumed.
+    runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
+    print(f"loading {model_file} ({runtime})")
     print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
 
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(model_file), "runtime": args.runtime,
+                   "snapshot": snapshot_identity(model_file), "runtime": runtime,
                    "split": split,
                    "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
                    "device": str(nnet.device), "torch": torch.__version__,

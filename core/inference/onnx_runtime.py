@@ -39,7 +39,12 @@ from core.utils.device import resolve_device
 
 from ..errors import UsageError
 
-RUNTIMES = ("torch", "onnxruntime")
+RUNTIMES = ("torch", "onnxruntime", "openvino")
+# The OpenVINO precisions: f32 (equal to torch within the parity tolerance) or what the CPU
+# plugin picks by default for speed (bf16 on CPUs with bf16 units, else f32).
+PRECISIONS = ("f32", "default")
+# Metadata an INT8 file adds to the export's (META_KEYS): how it was calibrated.
+CALIBRATION = "calibration"
 
 
 class MissingOnnxRuntime(UsageError):
@@ -49,11 +54,16 @@ class MissingOnnxRuntime(UsageError):
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     """--runtime and --onnx, as test.py and demo.py take them."""
     parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                        help="run the network in torch (the snapshot) or in onnxruntime (the "
-                             "file tools/export.py wrote)")
+                        help="run the network in torch (the snapshot), or the file "
+                             "tools/export.py wrote in onnxruntime or OpenVINO")
     parser.add_argument("--onnx", type=Path, default=None, metavar="PATH",
-                        help="with --runtime onnxruntime: the .onnx file (default: the exported "
-                             "file of the snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
+                        help="with --runtime onnxruntime or openvino: the .onnx file (or, for "
+                             "openvino, an IR .xml; default: the exported file of the "
+                             "snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
+    parser.add_argument("--precision", choices=PRECISIONS, default="f32",
+                        help="with --runtime openvino: f32 (default; torch's detections within "
+                             "the parity tolerance) or the CPU plugin's default for speed "
+                             "(bf16 where the CPU has bf16 units)")
 
 
 def onnx_file(system_config: Any, testiter: int | str) -> Path:
@@ -63,13 +73,13 @@ def onnx_file(system_config: Any, testiter: int | str) -> Path:
 
 def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
                  device: str | None, onnx: Path | None = None,
-                 raw_weights: bool = False) -> tuple[Any, Path]:
+                 raw_weights: bool = False, precision: str = "f32") -> tuple[Any, Path]:
     """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
 
     torch: a NetworkFactory with the snapshot loaded, in eval mode, running the weight average
     when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
     (default `onnx_file`), checked against the config's name and class count; its weights are
-    those the export took.
+    those the export took. openvino: an `OpenVinoNetwork` of the same file at `precision`.
     """
     check_decode_settings(db.configs)
     if runtime == "torch":
@@ -83,8 +93,14 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
         raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
                          f"{system_config.snapshot_name} --testiter {testiter} or name one "
                          "with --onnx")
-    network = OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
-                          str(resolve_device(device)))
+    config, categories = str(system_config.snapshot_name), int(db.configs["categories"])
+    if runtime == "openvino":
+        from .openvino_runtime import OpenVinoNetwork  # imports onnx_runtime
+
+        network = OpenVinoNetwork(path, config, categories, str(resolve_device(device)),
+                                  precision)
+    else:
+        network = OnnxNetwork(path, config, categories, str(resolve_device(device)))
     check_identity(network.meta, path, system_config, testiter, raw_weights)
     return network, path
 
@@ -135,7 +151,18 @@ def _ort() -> Any:
 def read_metadata(session: Any) -> dict[str, Any]:
     """The export metadata of an onnxruntime session, decoded (empty for a foreign file)."""
     props = session.get_modelmeta().custom_metadata_map
-    return {key: json.loads(props[key]) for key in META_KEYS if key in props}
+    return {key: json.loads(props[key]) for key in (*META_KEYS, CALIBRATION) if key in props}
+
+
+def check_config(meta: dict[str, Any], path: Path, config: str, categories: int) -> None:
+    """A one-line UsageError unless the file `path` (metadata `meta`) was exported from
+    `config` with `categories` classes."""
+    if meta.get("config") != config or meta.get("categories") != categories:
+        raise UsageError(
+            f"{path} was exported from config {meta.get('config', '?')} with "
+            f"{meta.get('categories', '?')} classes, not {config} with {categories}: "
+            f"export {config} with python tools/export.py {config} or pass its file "
+            "to --onnx")
 
 
 class OnnxNetwork:
@@ -173,12 +200,7 @@ class OnnxNetwork:
                              "with python tools/export.py") from None
         self.path = path
         self.meta = read_metadata(self.session)
-        if self.meta.get("config") != config or self.meta.get("categories") != categories:
-            raise UsageError(
-                f"{path} was exported from config {self.meta.get('config', '?')} with "
-                f"{self.meta.get('categories', '?')} classes, not {config} with {categories}: "
-                f"export {config} with python tools/export.py {config} or pass its file "
-                "to --onnx")
+        check_config(self.meta, path, config, categories)
         self.device = torch.device("cpu")
         self.outputs = [output.name for output in self.session.get_outputs()]
         # "ema" or "raw", as test.py reports it; files from before it was recorded hold raw ones
@@ -210,8 +232,11 @@ class OnnxNetwork:
         self.check_input(tuple(image.shape))
         self.check_decode({**kwargs, "no_att": no_att})
         pixels = np.ascontiguousarray(image.detach().cpu().numpy(), dtype=np.float32)
-        found = [torch.from_numpy(out) for out in
-                 self.session.run(self.outputs, {INPUT_NAME: pixels})]
+        found = [torch.from_numpy(out) for out in self.infer(pixels)]
         if len(found) == 1:
             return (found[0],)
         return found[0] if no_att else (found[0], found[1:])
+
+    def infer(self, pixels: np.ndarray) -> list[np.ndarray]:
+        """The graph's outputs for a checked (B, 3, H, W) float32 input."""
+        return self.session.run(self.outputs, {INPUT_NAME: pixels})
