@@ -163,7 +163,12 @@ def quantize_openvino(path: Path, out: Path, inputs: list[np.ndarray], split: st
 @contextlib.contextmanager
 def _quiet():
     """The quantizers' progress bars, warnings and info lines, kept off the console."""
-    with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
-          contextlib.redirect_stderr(io.StringIO())):
-        warnings.simplefilter("ignore")
-        yield
+    root, level = logging.getLogger(), logging.getLogger().level
+    root.setLevel(logging.ERROR)  # onnxruntime's advice to pre-process goes to the root logger
+    try:
+        with (warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()),
+              contextlib.redirect_stderr(io.StringIO())):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        root.setLevel(level)
