@@ -47,6 +47,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import cv2
 import torch
 
 from core.config import CONFIG_DIR, load_config, lookup
@@ -92,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--keep-float", choices=("heads", "none"), default="heads",
                         help="INT8: keep the heads' last convolutions in float (default)")
     parser.add_argument("--reps", type=int, default=3, help="timed runs per row (median)")
+    parser.add_argument("--time-size", type=int, default=None, metavar="N",
+                        help="time on the first validation image resized to N x N (default: "
+                             "as test.py feeds it at the first test scale)")
     parser.add_argument("--json", type=Path, default=None, help="write the rows here")
     parser.add_argument("--min-ap", type=float, default=None,
                         help="exit 1 when a row's AP is below this")
@@ -305,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
                                                             sys_config=system_config)
     rows = args.rows or list(ROWS)
     files = prepare_files(args, system_config, testiter, rows)
-    canvas = resize_and_pad(db.read_image(db.db_inds[0]), db.configs["test_scales"][0])[0]
+    image = db.read_image(db.db_inds[0])
+    canvas = (resize_and_pad(image, db.configs["test_scales"][0])[0] if args.time_size is None
+              else cv2.resize(image, (args.time_size, args.time_size)))
+    print(f"timed input: 1x3x{canvas.shape[0]}x{canvas.shape[1]}", flush=True)
     batch = network_input(canvas[None], db.mean, db.std, "cpu").contiguous()
     torch.set_num_threads(args.threads[0])
     nnet, _ = open_network("torch", system_config, db, testiter, "cpu")
