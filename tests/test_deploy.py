@@ -21,7 +21,7 @@ from core.dbs import datasets
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.onnx_runtime import OnnxNetwork, open_network
-from core.inference.openvino_runtime import MissingOpenVino, OpenVinoNetwork
+from core.inference.openvino_runtime import MissingOpenVino, OpenVinoNetwork, write_openvino_ir
 from core.inference.quantize import (
     calibration_inputs,
     int8_file,
@@ -92,6 +92,24 @@ def test_openvino_f32_equals_onnxruntime_on_a_batch_of_two(exported, coco128, ov
     report = compare_outputs([got], [expected])
     assert report["ok"], report
     assert min(report["valid"]) >= 10  # real detections were compared
+
+
+def test_an_openvino_ir_keeps_the_metadata_and_the_detections(exported, coco128, ov):
+    root, path = exported
+    system_config, db = open_db(root)
+    xml = write_openvino_ir(path)
+    assert xml.with_suffix(".bin").stat().st_size > 0.75 * path.stat().st_size  # float32
+    ir_net, _ = open_network("openvino", system_config, db, 0, "cpu", xml)
+    onnx_net, _ = open_network("onnxruntime", system_config, db, 0, "cpu")
+    batch = batch_of_two(coco128, db, 0.25)
+    settings = decode_kwargs(db.configs)
+    report = compare_outputs([ir_net.test(batch, **settings)[0].numpy()],
+                             [onnx_net.test(batch, **settings)[0].numpy()])
+    assert report["ok"] and min(report["valid"]) >= 10, report
+    cut = root / "cut.xml"
+    cut.write_text(xml.read_text()[:1000])
+    with pytest.raises(UsageError, match="cut.xml is not a readable ONNX or OpenVINO IR file"):
+        OpenVinoNetwork(cut, "CocoTiny", 80)
 
 
 def test_a_truncated_or_foreign_file_is_one_line_in_both_runtimes(exported, ov, tmp_path):

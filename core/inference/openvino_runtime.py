@@ -73,6 +73,14 @@ def set_model_metadata(model: Any, meta: dict[str, Any]) -> None:
         model.set_rt_info(json.dumps(value), [RT_SECTION, key])
 
 
+def write_openvino_ir(path: Path) -> Path:
+    """The exported .onnx file `path` as an OpenVINO IR beside it (`.xml` and `.bin`, weights in
+    float32, the metadata kept); returns the .xml path."""
+    out = path.with_suffix(".xml")
+    openvino().save_model(read_model(path), str(out), compress_to_fp16=False)
+    return out
+
+
 def cpu_properties(precision: str, threads: int) -> dict[str, Any]:
     """The CPU plugin's settings: latency (one stream) on `threads` threads, and float32
     inference for `precision` "f32" (the plugin's own choice for "default")."""
