@@ -38,7 +38,7 @@ def random_snapshot(name: str, folder: Path) -> Path:
     """configs/<name>.json under `folder` on coco128 with a seed-0 snapshot of iteration 0."""
     config = json.loads((REPO / "configs" / f"{name}.json").read_text())
     config["system"].update(dataset="COCO", train_split="coco128", val_split="coco128",
-                            test_split="coco128", max_iter=0, cache_dir=str(folder / "cache"),
+                            test_split="coco128", max_iter=1, cache_dir=str(folder / "cache"),
                             result_dir=str(folder / "results"))
     config["db"].update(categories=80, image_dirs={"coco128": str(COCO128 / "images")},
                         annotation_files={"coco128": str(COCO128 / "annotations" /
