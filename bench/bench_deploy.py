@@ -4,6 +4,7 @@ CornerNet on coco128, without a trained snapshot.
     python bench/bench_deploy.py [--configs CornerNet_Squeeze CornerNet] [--size 511]
                                  [--threads 1 2] [--images 8] [--calib-images 32]
                                  [--rows RUNTIME:PRECISION ...] [--reps 3] [--json PATH]
+                                 [--profile]
 
 For each config a temporary copy (coco128 for every split, 80 classes, its cache in a
 temporary folder) gets a snapshot of iteration 0 with the seed-0 initialisation, and
@@ -62,6 +63,8 @@ def main() -> int:
     parser.add_argument("--rows", nargs="+", default=None)
     parser.add_argument("--reps", default="3")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="then OpenVINO's per-layer times of each exported file")
     args = parser.parse_args()
     status = 0
     for name in args.configs:
@@ -76,7 +79,40 @@ def main() -> int:
             if args.json:
                 argv += ["--json", str(args.json.with_suffix(f".{name}.json"))]
             status |= benchmark.main(argv)
+            if args.profile:
+                for path in sorted((Path(folder) / "cache").rglob("*_0*.[ox][nm]*")):
+                    profile(path, args.size, int(args.threads[0]))
     return status
+
+
+def profile(path: Path, size: int, threads: int, top: int = 12) -> None:
+    """Where OpenVINO's CPU plugin spends its time on `path` (an .onnx or IR .xml) at its
+    default precision: ms per layer type and the slowest layers, one zero image of
+    size x size (the same cost as a real one), at `threads` threads, after a warm-up."""
+    import numpy as np
+    import openvino as ov
+
+    model = ov.Core().read_model(str(path))
+    compiled = ov.Core().compile_model(model, "CPU", {
+        "PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    image = np.zeros((1, 3, size, size), np.float32)
+    request.infer({0: image})
+    request.infer({0: image})
+    layers = [(info.real_time.total_seconds() * 1000, info.node_type, info.exec_type,
+               info.node_name) for info in request.profiling_info]
+    total = sum(ms for ms, *_ in layers)
+    by_type: dict[str, float] = {}
+    for ms, node_type, exec_type, _ in layers:
+        key = f"{node_type} ({exec_type})"
+        by_type[key] = by_type.get(key, 0.0) + ms
+    print(f"profile of {path.name} at {threads} thread(s), {size}x{size}: {total:.0f} ms "
+          "in layers")
+    for key, ms in sorted(by_type.items(), key=lambda item: -item[1])[:top]:
+        print(f"  {ms:8.1f} ms {100 * ms / total:5.1f} %  {key}")
+    print("  slowest layers:")
+    for ms, node_type, exec_type, name in sorted(layers, reverse=True)[:top]:
+        print(f"  {ms:8.1f} ms  {node_type} ({exec_type})  {name}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime.
+"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime
+(or in OpenVINO: core/inference/openvino_runtime.py, which shares these checks).
 
 Both runtimes answer `test(images, **decode_kwargs)` as `NetworkFactory.test` does, so one
 `detect()` loop, one inference per sampling function and one scorer serve both: only the network
