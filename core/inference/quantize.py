@@ -7,9 +7,9 @@ Two quantizers, each writing its own file beside the float one (the float file i
 - OpenVINO: `nncf.quantize` on the model OpenVINO reads from the .onnx file, written as an IR
   `<name>.int8.xml` (+ `.bin`).
 
-What stays float: only convolutions are quantized by onnxruntime (the corner pools' running
-maximum, the decoding and everything after the heads keep float); NNCF quantizes what its CPU
-pattern set covers except the decoding's max-pool, top-k and sigmoid; and with
+What stays float: only convolutions are quantized, by both (the corner pools' running maximum,
+the residual additions, the decoding and everything after the heads keep float: NNCF left to
+itself also quantizes the decoding's additions, which moved nearly every box); and with
 `keep_float="heads"` (the default) the last convolution of every head (heatmaps, embeddings,
 offsets) keeps float weights and inputs in both, since its outputs are the scores and
 positions the decoding ranks and reads directly.
@@ -43,6 +43,7 @@ from .openvino_runtime import model_metadata, openvino, read_model, set_model_me
 DEFAULT_IMAGES = 300
 KEEP_FLOAT = ("heads", "none")
 HEADS = ("heats", "tags", "offs")
+CONVOLUTIONS = {"Convolution", "GroupConvolution", "Parameter", "Result", "Constant"}
 
 
 def int8_file(path: Path, runtime: str) -> Path:
@@ -147,8 +148,11 @@ def quantize_openvino(path: Path, out: Path, inputs: list[np.ndarray], split: st
     excluded = head_output_convs(onnx.load(str(path))) if keep_float == "heads" else []
     model = read_model(path)
     meta = model_metadata(model)
-    scope = nncf.IgnoredScope(patterns=[f"{name}(/.*)?" for name in excluded],
-                              types=["MaxPool", "TopK", "Sigmoid"], validate=False)
+    # Convolutions only, as for onnxruntime: NNCF would also quantize the inputs of the
+    # decoding's and the corner pools' additions and comparisons (box coordinates in int8).
+    others = sorted({op.get_type_name() for op in model.get_ordered_ops()} - CONVOLUTIONS)
+    scope = nncf.IgnoredScope(patterns=[f"{name}(/.*)?" for name in excluded], types=others,
+                              validate=False)
     nncf.set_log_level(logging.ERROR)
     with _quiet():
         quantized = nncf.quantize(model, nncf.Dataset(inputs), subset_size=len(inputs),
