@@ -29,7 +29,7 @@ from core.dbs.detection import DETECTION
 from core.engine.cli import run_cli
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
-from core.inference.onnx_runtime import add_runtime_args, open_network
+from core.inference.runtimes import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils.files import StorageError, probe_writable
 from cornernet.detector import Detector
@@ -93,14 +93,15 @@ def open_detector(args: argparse.Namespace) -> Detector:
     if args.snapshot is not None:
         return Detector.from_snapshot(args.snapshot, args.device, thresh=args.thresh)
     if args.cfg_file is None:
-        return Detector.from_onnx(args.onnx, args.device, args.config_dir, thresh=args.thresh)
+        return Detector.from_onnx(args.onnx, args.device, args.config_dir, args.runtime,
+                                  args.precision, thresh=args.thresh)
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
                                            overrides=args.overrides)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     if args.runtime == "torch":
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(args.runtime, system_config, DETECTION(db_config), testiter,
-                              args.device, args.onnx)
+                              args.device, args.onnx, precision=args.precision)
     return Detector(network, system_config, db_config, thresh=args.thresh)
 
 

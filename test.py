@@ -36,7 +36,7 @@ from core.inference import DetectionRun, detect, score
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Journal
 from core.inference.loop import ImageResult
-from core.inference.onnx_runtime import add_runtime_args, open_network
+from core.inference.runtimes import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils import lock
 from core.utils.vis import save_detections
@@ -220,12 +220,15 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
 
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
-                                    args.onnx, raw_weights=args.raw_weights)
-    print(f"loading {model_file} ({args.runtime})")
+                                    args.onnx, raw_weights=args.raw_weights,
+                                    precision=args.precision)
+    # OpenVINO's precision changes the results: a journal of another precision is not resumed.
+    runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
+    print(f"loading {model_file} ({runtime})")
     print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
 
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(model_file), "runtime": args.runtime,
+                   "snapshot": snapshot_identity(model_file), "runtime": runtime,
                    "split": split,
                    "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
                    "device": str(nnet.device), "torch": torch.__version__,

@@ -1,172 +1,119 @@
-"""Deployment latency: python bench/bench_deploy.py [--configs ...] [--reps 3] [--threads 1 2]
+"""Deployment speed and AP on random weights: tools/benchmark.py for CornerNet_Squeeze and
+CornerNet on coco128, without a trained snapshot.
 
-Per image, torch eager against onnxruntime on the CPU at the same thread count (1 and all cores
-by default), for CornerNet_Squeeze and CornerNet at their test settings: a coco128 image resized
-and padded as test.py does (test scale 1; with `test_flipped` the image and its mirror form a
-batch of 2, as in test.py), the network (image to the last stack's heads) and the decoding
-(heads to detections) timed separately. The onnxruntime side runs the two halves of the exported
-graph as two graphs built the same way as tools/export.py builds the whole (max_scan corner
-pooling, dense corner search); the torch side is the model's own test path (cummax pooling,
-`peak_topk`). Weights are random (speed does not depend on them, except torch's `peak_topk`,
-whose candidate search is shorter on the peaked maps of a trained model). On a GPU (when torch
-sees one and onnxruntime has its CUDA provider) the same rows are measured there.
+    python bench/bench_deploy.py [--configs CornerNet_Squeeze CornerNet] [--size 511]
+                                 [--threads 1 2] [--images 8] [--calib-images 32]
+                                 [--rows RUNTIME:PRECISION ...] [--reps 3] [--json PATH]
+                                 [--profile]
+
+For each config a temporary copy (coco128 for every split, 80 classes, its cache in a
+temporary folder) gets a snapshot of iteration 0 with the seed-0 initialisation, and
+tools/benchmark.py measures every runtime and precision on it, side by side in one process at
+each thread count: ms per image on the first coco128 image resized to --size x --size, AP on the
+first --images images (meaningless for random weights except as a parity check between rows),
+file sizes, and the check. Speed does not depend on the weights, except torch's `peak_topk`
+(shorter on the peaked maps of a trained model) and the dense corner search of the exported
+graph, which does not depend on them.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
+import json
 import os
-import statistics
+import sys
 import tempfile
-import time
-import warnings
-from functools import partial
 from pathlib import Path
 
-import cv2
-import numpy as np
 import torch
-from _coco128 import COCO128, coco128_run
+from _coco128 import COCO128, REPO
 
-from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.models import build_model
-from core.models.py_utils.decode import decode, dense_peak_topk
-from core.nnet.export import DeployGraph
+sys.path.insert(0, str(REPO / "tools"))
+import benchmark
 
-IMAGE = COCO128 / "images" / "000000000529.jpg"
-
-
-class Heads(torch.nn.Module):
-    """The network half of the exported graph: image -> the last stack's six head maps."""
-
-    def __init__(self, graph: DeployGraph) -> None:
-        super().__init__()
-        self.model = graph.model
-
-    def forward(self, image: torch.Tensor) -> list[torch.Tensor]:
-        cnvs, _ = self.model.hg(image)
-        return self.model._heads(len(cnvs) - 1, cnvs[-1])
+from core.config import load_config
+from core.dbs import datasets
+from core.nnet.py_factory import NetworkFactory
 
 
-class Decoder(torch.nn.Module):
-    """The decoding half: the six head maps -> detections (B, num_dets, 8)."""
-
-    def __init__(self, settings: dict) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def forward(self, *heads: torch.Tensor) -> torch.Tensor:
-        return decode(*heads, corners=dense_peak_topk, **self.settings)
-
-
-def to_onnx(module: torch.nn.Module, inputs: tuple, path: Path) -> None:
-    with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module, inputs, str(path), dynamo=True, opset_version=18)
-
-
-def median_seconds(run, reps: int) -> float:
-    run()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def session(path: Path, threads: int, provider: str):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    return ort.InferenceSession(str(path), options, providers=[provider])
-
-
-def bench_config(name: str, threads_list: list[int], reps: int, folder: Path) -> None:
-    system_config, make_db = coco128_run(name, db={"categories": 80})  # the images' classes
-    db = make_db()
-    db_config = db.configs
+def random_snapshot(name: str, folder: Path) -> Path:
+    """configs/<name>.json under `folder` on coco128 with a seed-0 snapshot of iteration 0."""
+    config = json.loads((REPO / "configs" / f"{name}.json").read_text())
+    config["system"].update(dataset="COCO", train_split="coco128", val_split="coco128",
+                            test_split="coco128", max_iter=1, cache_dir=str(folder / "cache"),
+                            result_dir=str(folder / "results"))
+    config["db"].update(categories=80, image_dirs={"coco128": str(COCO128 / "images")},
+                        annotation_files={"coco128": str(COCO128 / "annotations" /
+                                                         "instances_coco128.json")})
+    (folder / "configs").mkdir(parents=True, exist_ok=True)
+    (folder / "configs" / f"{name}.json").write_text(json.dumps(config))
+    system_config, db_config = load_config(name, folder / "configs")
+    db = datasets["COCO"](db_config, split=None, sys_config=system_config)
     torch.manual_seed(0)
-    model = build_model(system_config.model_name, db_config["categories"]).eval()
-    settings = decode_kwargs(db_config)
-    canvas = resize_and_pad(cv2.imread(str(IMAGE)), 1.0)[0]
-    pixels = np.stack((canvas, cv2.flip(canvas, 1))) if db_config["test_flipped"] else canvas[None]
-    image = network_input(pixels, db.mean, db.std, "cpu").contiguous()
-    per_image = len(pixels)
-    with torch.no_grad():
-        cnvs, _ = model.hg(image)
-        heads = model._heads(len(cnvs) - 1, cnvs[-1])
-    graph = DeployGraph(build_model(system_config.model_name, db_config["categories"]).eval(),
-                        settings)
-    graph.model.load_state_dict(model.state_dict())
-    start = time.perf_counter()
-    to_onnx(Heads(graph), (image,), folder / f"{name}_heads.onnx")
-    to_onnx(Decoder(settings), tuple(heads), folder / f"{name}_decode.onnx")
-    print(f"{name}: input {'x'.join(map(str, image.shape))} ({per_image} per image), "
-          f"export {time.perf_counter() - start:.0f} s")
-
-    devices = [("cpu", "CPUExecutionProvider")]
-    import onnxruntime as ort
-    if torch.cuda.is_available() and "CUDAExecutionProvider" in ort.get_available_providers():
-        devices.append(("cuda", "CUDAExecutionProvider"))
-    feeds_heads = {"image": image.numpy()}
-    for device, provider in devices:
-        for threads in threads_list if device == "cpu" else [threads_list[-1]]:
-            torch.set_num_threads(threads)
-            rows = {"torch": torch_times(model, image, heads, settings, device, reps)}
-            net = session(folder / f"{name}_heads.onnx", threads, provider)
-            dec = session(folder / f"{name}_decode.onnx", threads, provider)
-            names = [i.name for i in dec.get_inputs()]
-            feeds_dec = dict(zip(names, [h.numpy() for h in heads]))
-            rows["onnxruntime"] = (median_seconds(partial(net.run, None, feeds_heads), reps),
-                                   median_seconds(partial(dec.run, None, feeds_dec), reps))
-            for runtime, (network, decoding) in rows.items():
-                print(f"| {name} | {device} | {threads} | {runtime} | "
-                      f"{1000 * network / per_image:.0f} | {1000 * decoding / per_image:.1f} | "
-                      f"{1000 * (network + decoding) / per_image:.0f} |", flush=True)
+    NetworkFactory(system_config, db, device="cpu").save_params(0)
+    return folder / "configs"
 
 
-def torch_times(model: torch.nn.Module, image: torch.Tensor, heads: list, settings: dict,
-                device: str, reps: int) -> tuple[float, float]:
-    """Median seconds of torch's network (image -> heads) and decoding (heads -> detections)."""
-    model = model.to(device)
-    image = image.to(device)
-    heads = [h.to(device) for h in heads]
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-
-    def network() -> None:
-        with torch.no_grad():
-            cnvs, _ = model.hg(image)
-            model._heads(len(cnvs) - 1, cnvs[-1])
-        sync()
-
-    def decoding() -> None:
-        decode(*heads, **settings)
-        sync()
-
-    times = median_seconds(network, reps), median_seconds(decoding, reps)
-    model.to("cpu")
-    return times
-
-
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["CornerNet_Squeeze", "CornerNet"])
-    parser.add_argument("--threads", nargs="+", type=int, default=[1, os.cpu_count() or 1])
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--size", type=int, default=511)
+    parser.add_argument("--threads", nargs="+", default=["1", str(os.cpu_count() or 1)])
+    parser.add_argument("--images", default="8")
+    parser.add_argument("--calib-images", default="32")
+    parser.add_argument("--rows", nargs="+", default=None)
+    parser.add_argument("--reps", default="3")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="then OpenVINO's per-layer times of each exported file")
     args = parser.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
-    print("| config | device | threads | runtime | network ms/image | decode ms/image | "
-          "total ms/image |")
-    print("|---|---|---|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as folder:
-        for name in args.configs:
-            bench_config(name, args.threads, args.reps, Path(folder))
-    print(f"load average at end: {os.getloadavg()[0]:.1f}")
+    status = 0
+    for name in args.configs:
+        with tempfile.TemporaryDirectory() as folder:
+            configs = random_snapshot(name, Path(folder))
+            print(f"== {name} (random weights), timed at {args.size}x{args.size}", flush=True)
+            argv = [name, "--testiter", "0", "--config-dir", str(configs), "--images",
+                    args.images, "--threads", *args.threads, "--calib-images",
+                    args.calib_images, "--reps", args.reps, "--time-size", str(args.size)]
+            if args.rows:
+                argv += ["--rows", *args.rows]
+            if args.json:
+                argv += ["--json", str(args.json.with_suffix(f".{name}.json"))]
+            status |= benchmark.main(argv)
+            if args.profile:
+                for path in sorted((Path(folder) / "cache").rglob("*_0*.[ox][nm]*")):
+                    profile(path, args.size, int(args.threads[0]))
+    return status
+
+
+def profile(path: Path, size: int, threads: int, top: int = 12) -> None:
+    """Where OpenVINO's CPU plugin spends its time on `path` (an .onnx or IR .xml) at its
+    default precision: ms per layer type and the slowest layers, one zero image of
+    size x size (the same cost as a real one), at `threads` threads, after a warm-up."""
+    import numpy as np
+    import openvino as ov
+
+    model = ov.Core().read_model(str(path))
+    compiled = ov.Core().compile_model(model, "CPU", {
+        "PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    image = np.zeros((1, 3, size, size), np.float32)
+    request.infer({0: image})
+    request.infer({0: image})
+    layers = [(info.real_time.total_seconds() * 1000, info.node_type, info.exec_type,
+               info.node_name) for info in request.profiling_info]
+    total = sum(ms for ms, *_ in layers)
+    by_type: dict[str, float] = {}
+    for ms, node_type, exec_type, _ in layers:
+        key = f"{node_type} ({exec_type})"
+        by_type[key] = by_type.get(key, 0.0) + ms
+    print(f"profile of {path.name} at {threads} thread(s), {size}x{size}: {total:.0f} ms "
+          "in layers")
+    for key, ms in sorted(by_type.items(), key=lambda item: -item[1])[:top]:
+        print(f"  {ms:8.1f} ms {100 * ms / total:5.1f} %  {key}")
+    print("  slowest layers:")
+    for ms, node_type, exec_type, name in sorted(layers, reverse=True)[:top]:
+        print(f"  {ms:8.1f} ms  {node_type} ({exec_type})  {name}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -5,6 +5,9 @@
     cornernet predict --snapshot FILE --source video.mp4       (demo.py)
     cornernet export CornerNet_Tiny --testiter best            (tools/export.py)
     cornernet analyze results|model CornerNet_Tiny ...          (tools/analyze_*.py)
+    cornernet check CornerNet_Tiny                             (tools/check_data.py)
+    cornernet convert yolo2coco data.yaml train out.json       (tools/convert.py)
+    cornernet benchmark CornerNet_Tiny --testiter best         (tools/benchmark.py)
 
 Each subcommand runs the very script the checkout has, with the rest of the command line as its
 arguments: the same options, the same output and the same exit status (core/engine/cli.py).
@@ -34,6 +37,13 @@ COMMANDS = {
                         "what limits AP: errors by kind, per class (tools/analyze_results.py)"),
     "analyze model": ("cornernet._tools.analyze_model", "tools/analyze_model.py",
                       "parameters, FLOPs and speed of a model (tools/analyze_model.py)"),
+    "check": ("cornernet._tools.check_data", "tools/check_data.py",
+              "look at a config's data: counts, problems, what the network is shown "
+              "(tools/check_data.py)"),
+    "convert": ("cornernet._tools.convert", "tools/convert.py",
+                "YOLO or VOC to COCO json, COCO to YOLO (tools/convert.py)"),
+    "benchmark": ("cornernet._tools.benchmark", "tools/benchmark.py",
+                  "AP, speed and size in every runtime and precision (tools/benchmark.py)"),
 }
 CHECKOUT = Path(__file__).resolve().parents[1]
 

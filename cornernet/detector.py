@@ -101,15 +101,21 @@ class Detector:
 
     @classmethod
     def from_onnx(cls, path: str | Path, device: str | None = None,
-                  config_dir: Path | None = CONFIG_DIR, **kwargs: Any) -> Detector:
+                  config_dir: Path | None = CONFIG_DIR, runtime: str = "onnxruntime",
+                  precision: str = "f32", **kwargs: Any) -> Detector:
         """From a file tools/export.py wrote, alone: its metadata holds the config (the whole
-        resolved one since it is recorded; the config's name before)."""
+        resolved one since it is recorded; the config's name before). `runtime`:
+        "onnxruntime", or "openvino" (an .onnx or its IR, at `precision` "f32" or "default")."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no ONNX file {path}")
-        from core.inference.onnx_runtime import _ort, read_metadata
-        meta = read_metadata(_ort().InferenceSession(str(path),
-                                                     providers=["CPUExecutionProvider"]))
+        if runtime == "openvino":
+            from core.inference.openvino_runtime import model_metadata, read_model
+            meta = model_metadata(read_model(path))
+        else:
+            from core.inference.onnx_runtime import _ort, read_metadata
+            meta = read_metadata(_ort().InferenceSession(str(path),
+                                                         providers=["CPUExecutionProvider"]))
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
                               "python tools/export.py (or cornernet export)")
@@ -121,8 +127,13 @@ class Detector:
                 {"format": SNAPSHOT_FORMAT, "config": record}, path)
         else:
             system_config, db_config = load_config(meta["config"], config_dir)
-        network = OnnxNetwork(path, meta["config"], int(db_config["categories"]),
-                              device or "cpu")
+        if runtime == "openvino":
+            from core.inference.openvino_runtime import OpenVinoNetwork
+            network = OpenVinoNetwork(path, meta["config"], int(db_config["categories"]),
+                                      device or "cpu", precision)
+        else:
+            network = OnnxNetwork(path, meta["config"], int(db_config["categories"]),
+                                  device or "cpu")
         return cls(network, system_config, db_config, **kwargs)
 
     # ------------------------------------------------------------------------- detection

@@ -21,7 +21,8 @@ from core.config import load_config
 from core.dbs import datasets
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.onnx_runtime import OnnxNetwork, open_network
+from core.inference.onnx_runtime import OnnxNetwork
+from core.inference.runtimes import open_network
 from core.nnet.export import compare_outputs
 from core.nnet.py_factory import NetworkFactory
 from cornernet import Detector, Result

@@ -35,6 +35,7 @@ from core.engine.cli import run_cli
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.onnx_runtime import OnnxNetwork, onnx_file
+from core.inference.openvino_runtime import openvino, write_openvino_ir
 from core.nnet.checkpoint import require_snapshot
 from core.nnet.export import (
     DEFAULT_MAX_MAP,
@@ -80,6 +81,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-map", type=int, default=DEFAULT_MAX_MAP,
                         help="largest output-map side the graph is exact for (corner pooling "
                              "steps); inputs up to about 4x (Squeeze 8x) this")
+    parser.add_argument("--openvino", action="store_true",
+                        help="also write the checked graph as an OpenVINO IR beside it "
+                             "(<name>.xml and .bin, float32, same metadata; the openvino extra)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = parser.parse_args(argv)
@@ -118,6 +122,8 @@ def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
 
 def main(args: argparse.Namespace) -> Path:
     _require_extra()
+    if args.openvino:
+        openvino()  # one line now when it is missing, not after the minutes of export
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     require_snapshot(system_config, testiter, "train first or pick --testiter")
@@ -182,6 +188,8 @@ def main(args: argparse.Namespace) -> Path:
                            f"{out} was not written (a previous file there is unchanged)")
     write_file_atomic(out, lambda file: file.write(content))
     print(f"wrote {out} ({nnet.evaluated_weights} weights of iteration {meta['iteration']})")
+    if args.openvino:
+        print(f"wrote {write_openvino_ir(out)} (OpenVINO IR, float32)")
     return out
 
 

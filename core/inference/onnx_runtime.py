@@ -1,4 +1,5 @@
-"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime.
+"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime
+(or in OpenVINO: core/inference/openvino_runtime.py, which shares these checks).
 
 Both runtimes answer `test(images, **decode_kwargs)` as `NetworkFactory.test` does, so one
 `detect()` loop, one inference per sampling function and one scorer serve both: only the network
@@ -15,7 +16,6 @@ is refused with the command that exports it again: nothing in it says which weig
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.config.rules import check_decode_settings
-from core.nnet.checkpoint import read_snapshot, require_snapshot
+from core.nnet.checkpoint import read_snapshot
 from core.nnet.export import (
     IDENTITY_KEYS,
     INPUT_NAME,
@@ -34,57 +33,24 @@ from core.nnet.export import (
     snapshot_weights,
     weights_digest,
 )
-from core.utils.device import resolve_device
 
 from ..errors import UsageError
-from .network import InferenceNetwork
 
-RUNTIMES = ("torch", "onnxruntime")
+RUNTIMES = ("torch", "onnxruntime", "openvino")
+# The OpenVINO precisions: f32 (equal to torch within the parity tolerance) or what the CPU
+# plugin picks by default for speed (bf16 on CPUs with bf16 units, else f32).
+PRECISIONS = ("f32", "default")
+# Metadata an INT8 file adds to the export's (META_KEYS): how it was calibrated.
+CALIBRATION = "calibration"
 
 
 class MissingOnnxRuntime(UsageError):
     """onnxruntime is not installed."""
 
 
-def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """--runtime and --onnx, as test.py and demo.py take them."""
-    parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                        help="run the network in torch (the snapshot) or in onnxruntime (the "
-                             "file tools/export.py wrote)")
-    parser.add_argument("--onnx", type=Path, default=None, metavar="PATH",
-                        help="with --runtime onnxruntime: the .onnx file (default: the exported "
-                             "file of the snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
-
-
 def onnx_file(system_config: Any, testiter: int | str) -> Path:
     """Where tools/export.py writes the graph of snapshot `testiter`: beside the snapshot."""
     return system_config.snapshot_file(testiter).with_suffix(".onnx")
-
-
-def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
-                 device: str | None, onnx: Path | None = None,
-                 raw_weights: bool = False) -> tuple[Any, Path]:
-    """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
-
-    torch: an `InferenceNetwork` (no training factory) with the snapshot's weights, the weight
-    average when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
-    (default `onnx_file`), checked against the config's name and class count; its weights are
-    those the export took.
-    """
-    check_decode_settings(db.configs)
-    if runtime == "torch":
-        path = require_snapshot(system_config, testiter)
-        return InferenceNetwork.from_file(path, system_config, db.configs, device,
-                                          raw_weights), path
-    path = Path(onnx) if onnx is not None else onnx_file(system_config, testiter)
-    if not path.is_file():
-        raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
-                         f"{system_config.snapshot_name} --testiter {testiter} or name one "
-                         "with --onnx")
-    network = OnnxNetwork(path, str(system_config.snapshot_name), int(db.configs["categories"]),
-                          str(resolve_device(device)))
-    check_identity(network.meta, path, system_config, testiter, raw_weights)
-    return network, path
 
 
 def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testiter: int | str,
@@ -133,7 +99,18 @@ def _ort() -> Any:
 def read_metadata(session: Any) -> dict[str, Any]:
     """The export metadata of an onnxruntime session, decoded (empty for a foreign file)."""
     props = session.get_modelmeta().custom_metadata_map
-    return {key: json.loads(props[key]) for key in META_KEYS if key in props}
+    return {key: json.loads(props[key]) for key in (*META_KEYS, CALIBRATION) if key in props}
+
+
+def check_config(meta: dict[str, Any], path: Path, config: str, categories: int) -> None:
+    """A one-line UsageError unless the file `path` (metadata `meta`) was exported from
+    `config` with `categories` classes."""
+    if meta.get("config") != config or meta.get("categories") != categories:
+        raise UsageError(
+            f"{path} was exported from config {meta.get('config', '?')} with "
+            f"{meta.get('categories', '?')} classes, not {config} with {categories}: "
+            f"export {config} with python tools/export.py {config} or pass its file "
+            "to --onnx")
 
 
 class OnnxNetwork:
@@ -171,12 +148,7 @@ class OnnxNetwork:
                              "with python tools/export.py") from None
         self.path = path
         self.meta = read_metadata(self.session)
-        if self.meta.get("config") != config or self.meta.get("categories") != categories:
-            raise UsageError(
-                f"{path} was exported from config {self.meta.get('config', '?')} with "
-                f"{self.meta.get('categories', '?')} classes, not {config} with {categories}: "
-                f"export {config} with python tools/export.py {config} or pass its file "
-                "to --onnx")
+        check_config(self.meta, path, config, categories)
         self.device = torch.device("cpu")
         self.outputs = [output.name for output in self.session.get_outputs()]
         # "ema" or "raw", as test.py reports it; files from before it was recorded hold raw ones
@@ -208,8 +180,11 @@ class OnnxNetwork:
         self.check_input(tuple(image.shape))
         self.check_decode({**kwargs, "no_att": no_att})
         pixels = np.ascontiguousarray(image.detach().cpu().numpy(), dtype=np.float32)
-        found = [torch.from_numpy(out) for out in
-                 self.session.run(self.outputs, {INPUT_NAME: pixels})]
+        found = [torch.from_numpy(out) for out in self.infer(pixels)]
         if len(found) == 1:
             return (found[0],)
         return found[0] if no_att else (found[0], found[1:])
+
+    def infer(self, pixels: np.ndarray) -> list[np.ndarray]:
+        """The graph's outputs for a checked (B, 3, H, W) float32 input."""
+        return self.session.run(self.outputs, {INPUT_NAME: pixels})

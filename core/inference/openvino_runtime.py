@@ -1,0 +1,123 @@
+"""The exported detector in OpenVINO's CPU plugin: `--runtime openvino`.
+
+OpenVINO reads the .onnx file tools/export.py writes unchanged (its ONNX reader keeps the
+file's metadata under the model's "framework" runtime info), or an OpenVINO IR (.xml beside its
+.bin) written with that metadata, such as the INT8 file of core/inference/quantize.py. Either
+way the file passes the checks of the onnxruntime runtime: its config and class count, its
+snapshot identity, the decode settings baked into it and the input sizes it takes.
+
+Precision: "f32" makes the plugin compute in float32 (detections equal torch's within the
+parity tolerance); "default" leaves the plugin its own choice, bf16 on CPUs with bf16 units
+(AVX-512 BF16 or AMX) and float32 elsewhere. An INT8 file runs its quantized layers in int8
+at either setting. The precision in effect is `OpenVinoNetwork.precision`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.nnet.export import META_KEYS
+
+from ..errors import UsageError
+from .onnx_runtime import CALIBRATION, PRECISIONS, OnnxNetwork, check_config
+
+# Where OpenVINO's ONNX reader puts an ONNX file's metadata_props (and where IR files written
+# by this project keep them): the model's runtime info under this key.
+RT_SECTION = "framework"
+
+
+class MissingOpenVino(UsageError):
+    """openvino is not installed."""
+
+
+def openvino() -> Any:
+    """The openvino module, or a one-line MissingOpenVino naming the extra."""
+    try:
+        import openvino as ov
+    except ImportError:
+        raise MissingOpenVino("openvino is not installed: pip install -e '.[openvino]'"
+                              ) from None
+    return ov
+
+
+def read_model(path: Path) -> Any:
+    """An openvino.Model of an .onnx or IR .xml file; one line when it cannot be read."""
+    ov = openvino()
+    try:
+        return ov.Core().read_model(str(path))
+    except Exception as err:  # noqa: BLE001 - OpenVINO raises plain RuntimeErrors
+        text = str(err).strip()
+        first = next((line.strip() for line in text.splitlines() if line.strip()),
+                     type(err).__name__)
+        raise UsageError(f"{path} is not a readable ONNX or OpenVINO IR file ({first[:200]}); "
+                         "export it again with python tools/export.py") from None
+
+
+def model_metadata(model: Any) -> dict[str, Any]:
+    """The export metadata of an openvino.Model, decoded (empty for a foreign file)."""
+    found = {}
+    for key in (*META_KEYS, CALIBRATION):
+        if model.has_rt_info([RT_SECTION, key]):
+            found[key] = json.loads(model.get_rt_info([RT_SECTION, key]).astype(str))
+    return found
+
+
+def set_model_metadata(model: Any, meta: dict[str, Any]) -> None:
+    """Write `meta` ({key: value}) into `model`'s runtime info, as `model_metadata` reads it."""
+    for key, value in meta.items():
+        model.set_rt_info(json.dumps(value), [RT_SECTION, key])
+
+
+def write_openvino_ir(path: Path) -> Path:
+    """The exported .onnx file `path` as an OpenVINO IR beside it (`.xml` and `.bin`, weights in
+    float32, the metadata kept); returns the .xml path."""
+    out = path.with_suffix(".xml")
+    openvino().save_model(read_model(path), str(out), compress_to_fp16=False)
+    return out
+
+
+def cpu_properties(precision: str, threads: int) -> dict[str, Any]:
+    """The CPU plugin's settings: latency (one stream) on `threads` threads, and float32
+    inference for `precision` "f32" (the plugin's own choice for "default")."""
+    if precision not in PRECISIONS:
+        raise UsageError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
+    props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+                             "INFERENCE_NUM_THREADS": threads}
+    if precision == "f32":
+        props["INFERENCE_PRECISION_HINT"] = "f32"
+    return props
+
+
+class OpenVinoNetwork(OnnxNetwork):
+    """An exported detector in OpenVINO's CPU plugin, used like `OnnxNetwork` (same `test`,
+    same checks). Threads: as many as torch uses (`torch.get_num_threads()`)."""
+
+    def __init__(self, path: Path, config: str, categories: int, device: str = "cpu",
+                 precision: str = "f32") -> None:
+        if torch.device(device).type != "cpu":
+            raise UsageError("--runtime openvino runs on the CPU here: use --device cpu")
+        model = read_model(path)
+        self.path = path
+        self.meta = model_metadata(model)
+        check_config(self.meta, path, config, categories)
+        self.outputs = [output.get_any_name() for output in model.outputs]
+        try:
+            self.compiled = openvino().Core().compile_model(
+                model, "CPU", cpu_properties(precision, torch.get_num_threads()))
+        except RuntimeError as err:
+            first = str(err).strip().splitlines()[0] if str(err).strip() else "no reason"
+            raise RuntimeError(f"OpenVINO cannot compile {path}: {first}") from None
+        self.request = self.compiled.create_infer_request()
+        self.precision = self.compiled.get_property("INFERENCE_PRECISION_HINT").to_string()
+        self.device = torch.device("cpu")
+        self.evaluated_weights = self.meta.get("weights", "raw")
+
+    def infer(self, pixels: np.ndarray) -> list[np.ndarray]:
+        """The graph's outputs for a checked (B, 3, H, W) float32 input."""
+        results = self.request.infer({0: pixels})
+        return [np.array(results[output], copy=True) for output in self.compiled.outputs]
