@@ -38,8 +38,7 @@ COMMANDS = {
     "analyze model": ("cornernet._tools.analyze_model", "tools/analyze_model.py",
                       "parameters, FLOPs and speed of a model (tools/analyze_model.py)"),
     "check": ("cornernet._tools.check_data", "tools/check_data.py",
-              "look at a config's data: counts, problems, what the network is shown "
-              "(tools/check_data.py)"),
+              "counts, problems and what the network is shown (tools/check_data.py)"),
     "convert": ("cornernet._tools.convert", "tools/convert.py",
                 "YOLO or VOC to COCO json, COCO to YOLO (tools/convert.py)"),
     "benchmark": ("cornernet._tools.benchmark", "tools/benchmark.py",
