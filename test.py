@@ -39,6 +39,7 @@ from core.inference.loop import ImageResult
 from core.inference.runtimes import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils import lock
+from core.utils.images import ImageReadError
 from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -243,17 +244,31 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
     start_at = finished - finished % batch_size
     vis_ids = {db.image_id(ind) for ind in inds[:args.vis]}
 
+    def draw(ind: int, image: np.ndarray, detections: dict[int, np.ndarray]) -> None:
+        save_detections(out_dir / "vis" / f"{db.image_id(ind)}.jpg", image, detections,
+                        db.cls2name, args.vis_thresh, ground_truth=_ground_truth(db, ind))
+
     def record(result: ImageResult) -> None:
         journal.record(result)
         if result.image_id in vis_ids and result.detections is not None:
-            save_detections(out_dir / "vis" / f"{result.image_id}.jpg", result.image,
-                            result.detections, db.cls2name, args.vis_thresh,
-                            ground_truth=_ground_truth(db, result.ind))
+            draw(result.ind, result.image, result.detections)
 
     start = time.perf_counter()
     run = detect(db, nnet, system_config, inds[start_at:], progress=True,
                  batch_size=batch_size, on_image=record)
     seconds = time.perf_counter() - start
+    # The rule of --vis: the pictures of the first N images are those of the detections the
+    # results hold. An image the journal held and this run did not detect again is drawn from
+    # the journal (an earlier run may have stopped between journalling and drawing it, or
+    # drawn fewer), so a resumed run draws what an uninterrupted one would.
+    redone = set(run.image_ids)
+    for ind in inds[:args.vis]:
+        image_id = db.image_id(ind)
+        if image_id in done.detections and image_id not in redone:
+            try:
+                draw(ind, db.read_image(ind), done.detections[image_id])
+            except ImageReadError as err:
+                print(f"not drawn: {err}")
     journal.close()
     # What this run found overrides what the journal held for the same image.
     detections = {image_id: dets for image_id, dets in {**done.detections,
