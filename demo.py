@@ -32,7 +32,7 @@ from core.errors import Stopped, UsageError
 from core.inference.runtimes import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils.files import StorageError, probe_writable
-from cornernet.detector import Detector
+from cornernet.detector import Detector, class_table
 from cornernet.sources import expand as expand_sources
 from cornernet.sources import frames, is_video
 
@@ -102,7 +102,9 @@ def open_detector(args: argparse.Namespace) -> Detector:
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(args.runtime, system_config, DETECTION(db_config), testiter,
                               args.device, args.onnx, precision=args.precision)
-    return Detector(network, system_config, db_config, thresh=args.thresh)
+    names, category_ids = class_table(system_config, db_config, strict=True)
+    return Detector(network, system_config, db_config, thresh=args.thresh, names=names,
+                    category_ids=category_ids)
 
 
 class Outputs:

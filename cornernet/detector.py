@@ -30,12 +30,15 @@ from .results import Result
 from .sources import frames
 
 
-def class_table(system_config: SystemConfig, db_config: dict) -> tuple[list[str], list[int]]:
+def class_table(system_config: SystemConfig, db_config: dict,
+                strict: bool = False) -> tuple[list[str], list[int]]:
     """(names, dataset ids) of classes 1..C: from the validation split's annotations where
-    the dataset is there, else "class <c>" and c."""
+    the dataset is there, else "class <c>" and c. `strict`: an annotation file the config
+    names that is missing or broken is an error (a config the user named), not passed over
+    (a snapshot or export carried to another machine)."""
     count = int(db_config["categories"])
+    named = system_config.val_split in (db_config.get("annotation_files") or {})
     try:  # a dataset that is not there is not made (Shapes would be generated) for its names
-        named = system_config.val_split in (db_config.get("annotation_files") or {})
         if not named and not system_config.data_dir.is_dir():
             raise FileNotFoundError(system_config.data_dir)
         db = lookup(datasets, system_config.dataset, "dataset")(
@@ -44,7 +47,8 @@ def class_table(system_config: SystemConfig, db_config: dict) -> tuple[list[str]
             return ([db.cls2name(c) for c in range(1, count + 1)],
                     [db.cls2coco(c) for c in range(1, count + 1)])
     except (FileNotFoundError, ConfigError, DatasetError, OSError):
-        pass
+        if strict and named:
+            raise
     return [f"class {c}" for c in range(1, count + 1)], list(range(1, count + 1))
 
 
