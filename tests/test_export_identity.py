@@ -149,3 +149,30 @@ def test_an_out_on_a_full_disk_is_refused_before_the_export_and_stale_temp_files
     monkeypatch.setattr(files, "disk_free", lambda folder: 1000)
     with pytest.raises(files.DiskFull, match="the exported file need .*point --out at"):
         tool.check_out(tmp_path / "CocoTiny_0.onnx", 10**6)
+
+
+def test_the_benchmark_exports_again_a_file_of_another_iteration_or_unreadable(tiny, tmp_path):
+    onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
+    system_config, nnet = tiny
+    nnet.load_params(0, model_only=True)
+    benchmark = load_tool("benchmark")
+    path = tmp_path / "CocoTiny_0.onnx"
+    assert not benchmark.holds_snapshot(path, system_config, 0)  # missing
+
+    def write(meta):
+        graph = onnx.helper.make_graph(
+            [onnx.helper.make_node("Identity", ["x"], ["y"])], "g",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])])
+        model = onnx.helper.make_model(graph)
+        onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in meta.items()})
+        onnx.save(model, path)
+
+    write(meta_of(nnet, 0))
+    assert benchmark.holds_snapshot(path, system_config, 0)
+    write(meta_of(nnet, 5))  # another iteration's export under this name
+    assert not benchmark.holds_snapshot(path, system_config, 0)
+    write({key: value for key, value in meta_of(nnet, 0).items() if key != "digest"})
+    assert not benchmark.holds_snapshot(path, system_config, 0)  # from before the identity
+    path.write_bytes(path.read_bytes()[:20])  # truncated
+    assert not benchmark.holds_snapshot(path, system_config, 0)

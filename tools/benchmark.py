@@ -56,7 +56,7 @@ from core.engine.cli import run_cli
 from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
-from core.inference.onnx_runtime import MissingOnnxRuntime, onnx_file
+from core.inference.onnx_runtime import MissingOnnxRuntime, check_identity, onnx_file
 from core.inference.openvino_runtime import MissingOpenVino
 from core.inference.quantize import (
     calibration_inputs,
@@ -65,7 +65,7 @@ from core.inference.quantize import (
     quantize_openvino,
 )
 from core.inference.runtimes import open_network
-from core.nnet.export import compare_outputs
+from core.nnet.export import META_KEYS, compare_outputs
 
 ROWS = ("torch:fp32", "torch:bf16", "onnxruntime:fp32", "onnxruntime:int8", "openvino:f32",
         "openvino:default", "openvino:int8")
@@ -145,13 +145,33 @@ class Bf16:
         return tuple(part.float() if torch.is_tensor(part) else part for part in found)
 
 
+def holds_snapshot(onnx: Path, system_config: Any, testiter: Any) -> bool:
+    """Whether `onnx` is an export of snapshot `testiter`'s current weights (its recorded
+    identity, as the runtimes check it): a file missing, unreadable, from before the identity,
+    of another iteration or of weights trained since is exported again, not failed on."""
+    if not onnx.is_file():
+        return False
+    try:
+        import onnx as onnx_package
+        model = onnx_package.load(str(onnx), load_external_data=False)
+        meta = {prop.key: json.loads(prop.value) for prop in model.metadata_props
+                if prop.key in META_KEYS}
+        check_identity(meta, onnx, system_config, testiter, raw_weights=False)
+    except ImportError:  # without the onnx extra the rows say so themselves
+        return True
+    except Exception:  # noqa: BLE001 - stale, foreign or unreadable: the export says what is wrong
+        return False
+    return True
+
+
 def prepare_files(args: argparse.Namespace, system_config: Any, testiter: Any,
                   rows: list[str]) -> dict[str, Path | str]:
     """{row: file} of every exported row, or {row: why not} ("not available: ..." or
     "failed: ...") where its file could not be made."""
     files: dict[str, Path | str] = {}
     onnx = onnx_file(system_config, testiter)
-    if not onnx.is_file() and any(not row.startswith("torch") for row in rows):
+    if not holds_snapshot(onnx, system_config, testiter) and \
+            any(not row.startswith("torch") for row in rows):
         print(f"exporting {onnx} (tools/export.py) ...", flush=True)
         done = subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"),
                                args.cfg_file, "--testiter", str(testiter), "--config-dir",
