@@ -44,8 +44,8 @@ def write_config(folder: Path, name: str, batch: int, input_size: int, output_si
     side = input_size
     outputs = [[output_size, output_size]]
     config["db"].update(
-        categories=80, input_size=[side, side], output_sizes=outputs if name != "CornerNet_Saccade" else
-        config["db"]["output_sizes"],
+        categories=80, input_size=[side, side],
+        output_sizes=outputs if name != "CornerNet_Saccade" else config["db"]["output_sizes"],
         image_dirs={"train": str(COCO128 / "images"), "val": str(COCO128 / "images")},
         annotation_files={split: str(COCO128 / "annotations" / f"instances_coco128_{split}.json")
                           for split in ("train", "val")})
@@ -119,7 +119,8 @@ def main() -> None:
         print(f"trial {number + 1}: stopped after iteration {iteration}, snapshot on disk "
               f"{on_disk:.2f} s, exit {exited:.2f} s after the signal, status {status}")
     print(f"median: snapshot on disk {statistics.median(r[0] for r in rows):.2f} s, exit "
-          f"{statistics.median(r[1] for r in rows):.2f} s; max exit {max(r[1] for r in rows):.2f} s")
+          f"{statistics.median(r[1] for r in rows):.2f} s; max exit "
+          f"{max(r[1] for r in rows):.2f} s")
 
 
 if __name__ == "__main__":

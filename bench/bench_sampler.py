@@ -1,4 +1,6 @@
-"""Sampler speed and batch size on one core: python bench/bench_sampler.py [--batches 8] [--batch 32]
+"""Sampler speed and batch size on one core.
+
+    python bench/bench_sampler.py [--batches 8] [--batch 32]
 
 For the CornerNet, CornerNet-Squeeze and CornerNet-Saccade configs (their db sections, pointed at
 ../shared/data/coco128), a single process with torch, cv2 and numpy at one thread builds batches
@@ -72,7 +74,8 @@ def bench(config: str, data: Path, batches: int, batch_size: int, cache_dir: str
     normalize_image(tensors["image"], tensors["color"])
     render = time.perf_counter() - start
     print(f"{config:18s} {rate:6.1f} images/s | decode alone {decode:6.1f}/s | sampler without "
-          f"decode {own:6.1f}/s | {per_image / 1e6:5.3f} MB/image | CPU render {render:4.2f} s/batch")
+          f"decode {own:6.1f}/s | {per_image / 1e6:5.3f} MB/image | CPU render "
+          f"{render:4.2f} s/batch")
 
 
 def main() -> None:

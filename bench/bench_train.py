@@ -7,13 +7,13 @@ the step time goes.
 For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile,
 fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkFactory trains on
 ../shared/data/coco128 (the COCO dataset class, real augmentation) fed by core.data.prefetch
-exactly as train.py feeds it, one process, the
-config's per-process batch cut into its chunks. Printed per row: images/s after warm-up, the share
-of wall time spent waiting for the next batch, peak GPU memory of the row's own network,
-optimizer and activations (a row that runs out of memory says so and the next row runs). Then, for the fastest mode, one
-batch's step split into host-to-device copy, target rendering + image normalisation, forward +
-loss, backward and optimizer step (each timed with the device synchronised), which says what
-limits the trainer when data wait is near zero.
+exactly as train.py feeds it, one process, the config's per-process batch cut into its chunks.
+Printed per row: images/s after warm-up, the share of wall time spent waiting for the next batch,
+peak GPU memory of the row's own network, optimizer and activations (a row that runs out of memory
+says so and the next row runs). Then, for the fastest mode, one batch's step split into
+host-to-device copy, target rendering + image normalisation, forward + loss, backward and optimizer
+step (each timed with the device synchronised), which says what limits the trainer when data wait is
+near zero.
 """
 
 from __future__ import annotations

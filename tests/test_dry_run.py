@@ -1,4 +1,5 @@
-"""core.data.dry_run: the prefetch path alone, its counts, bytes and where the workers' time goes."""
+"""core.data.dry_run: the prefetch path alone, its counts, bytes and where the workers' time
+goes."""
 
 from __future__ import annotations
 

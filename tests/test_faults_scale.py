@@ -272,7 +272,8 @@ def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, coco128):
     result = run_train(later, "--iter", "2")
     assert result.returncode == 0, result.stdout + result.stderr
     said = [line for line in result.stdout.splitlines() if "damaged line" in line]
-    assert len(said) == 1 and str(metrics) in said[0] and "left out 1 damaged line (the first is line 2)" in said[0]
+    assert (len(said) == 1 and str(metrics) in said[0]
+            and "left out 1 damaged line (the first is line 2)" in said[0])
     lines = metrics.read_bytes().decode().splitlines()  # UTF-8 again, each iteration once
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
 

@@ -61,7 +61,8 @@ def reference_soft_nms(boxes, method, nms_threshold, sigma=0.5, score_threshold=
                        sums["x2"] / sums["br"], sums["y2"] / sums["br"]]
         keep.append(pick[-1])
         out.append(row)
-    return np.array(keep, dtype=np.int64), np.array(out, dtype=np.float32).reshape(-1, len(boxes[0]))
+    return (np.array(keep, dtype=np.int64),
+            np.array(out, dtype=np.float32).reshape(-1, len(boxes[0])))
 
 
 def test_linear_rescales_overlap_above_threshold_by_one_minus_iou():

@@ -10,8 +10,8 @@ instead of failing hours later or, worse, running on nonsense:
   so that nothing is written outside the configured folders;
 - values the code cannot hold: integers beyond 64 bits (`max_iter`, `seed`, counts reach
   torch and numpy as int64), a weight decay above 1, a `top_k` whose corner pairs (top_k ** 2
-  per image and class) no memory holds; and `decay_rate` below 1, which the step schedule divides by, so it
-  would raise the learning rate at every step (PyTorch's `gamma` is its inverse): refused;
+  per image and class) no memory holds; and `decay_rate` below 1, which the step schedule divides
+  by, so it would raise the learning rate at every step (PyTorch's `gamma` is its inverse): refused;
 (input and output sizes that a model can produce are checked by `core.models.fit`).
 Every failure is a ConfigError with one line naming the key, the value and what to do.
 """

@@ -315,7 +315,8 @@ def config_path(name: str, config_dir: Path | None = CONFIG_DIR) -> Path:
     """The file of config `name`; names are never paths, unknown ones list the valid names."""
     folders = config_dirs(config_dir)
     if not NAME.match(name):  # never "did you mean" itself: say what a name must be
-        plain = "a plain name (letters, digits, '_', '.', '-'): it names the cache and result folders"
+        plain = ("a plain name (letters, digits, '_', '.', '-'): it names the cache and result "
+                 "folders")
         found = [f for f in folders if "/" not in name and (f / f"{name}.json").is_file()]
         if found:
             raise ConfigError(f"config {name!r} in {found[0]} is not {plain}; rename "

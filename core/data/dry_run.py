@@ -160,8 +160,8 @@ class DryRun:
                  (f"images/s: {self.images_per_s:.1f} overall (first batch after "
                   f"{self.first_s:.2f} s){after}"),
                  f"per worker, images/s while building: {rates}",
-                 (f"bytes per image crossing processes: {format_bytes(self.bytes_per_image)} (a ring "
-                  f"slot of {self.slot_bytes:,} bytes holds {self.batch_images} images)"),
+                 (f"bytes per image crossing processes: {format_bytes(self.bytes_per_image)} "
+                  f"(a ring slot of {self.slot_bytes:,} bytes holds {self.batch_images} images)"),
                  (f"worker time: reading {shares['read']:.1%}, augmenting "
                   f"{shares['augment']:.1%}, queueing {shares['queue']:.1%}")]
         if self.mean_wait_s is not None:

@@ -3,11 +3,11 @@
 One `Prefetcher` serves one stream of batches (training or validation) for one rank:
 
 - W worker processes, each with its own dataset object. Batch `n` is built by worker `n % W`,
-  chunk by chunk (`core.data.chunks`): chunk j of global batch n holds the images at stream positions
-  `n * B + offset_j ...` of an epoch permutation seeded from (seed, epoch), and draws from a
-  generator seeded from (seed, stream, n, j). A batch is therefore a pure function of the seed
-  and its number: exact resume is "start at batch N", no two workers or ranks ever draw the same
-  stream, and neither the worker count nor the process count changes the data.
+  chunk by chunk (`core.data.chunks`): chunk j of global batch n holds the images at stream
+  positions `n * B + offset_j ...` of an epoch permutation seeded from (seed, epoch), and draws from
+  a generator seeded from (seed, stream, n, j). A batch is therefore a pure function of the seed and
+  its number: exact resume is "start at batch N", no two workers or ranks ever draw the same stream,
+  and neither the worker count nor the process count changes the data.
 - Each worker owns K slots of a ring of shared tensors preallocated by the trainer (their
   shapes come from one probe batch built in the trainer). Only (n, slot, small records) go
   through the worker's queue; the trainer returns the slot through the worker's free queue.

@@ -5,9 +5,10 @@
 Layout: `Annotations/<id>.xml`, `JPEGImages/<id>.jpg` (or the xml's `filename`), and
 `ImageSets/Main/<split>.txt` listing the ids of each split key (train, val, trainval, test).
 Class names come from db.names in that order or, without it, sorted from all the files in
-Annotations/ (so every split has the same classes). Box corners are read as pixel edges ([xmin, xmax] spans xmax - xmin pixels), as
-labelImg, CVAT and mmdetection read them. A `difficult` object is treated as COCO treats a crowd
-region: no training target, and detections on it are neither counted right nor wrong.
+Annotations/ (so every split has the same classes). Box corners are read as pixel edges
+([xmin, xmax] spans xmax - xmin pixels), as labelImg, CVAT and mmdetection read them. A `difficult`
+object is treated as COCO treats a crowd region: no training target, and detections on it are
+neither counted right nor wrong.
 """
 
 from __future__ import annotations

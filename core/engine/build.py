@@ -120,8 +120,8 @@ def _check_val_split(make_val_db: Callable[[], DETECTION], split: str) -> None:
                            f"system.val_iter to 0")
 
 
-def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory, share: Deal,
-              world: int, log: Log) -> None:
+def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory,
+              share: Deal, world: int, log: Log) -> None:
     log("system config:\n" + pprint.pformat(system_config.full))
     log("db config:\n" + pprint.pformat(training_db.configs))
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "

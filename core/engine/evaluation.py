@@ -36,8 +36,8 @@ class Evaluator:
         rank, world, distributed: this process in the run.
     """
 
-    def __init__(self, system_config: SystemConfig, make_db: Callable[[], Any], rank: int, world: int,
-                 distributed: bool) -> None:
+    def __init__(self, system_config: SystemConfig, make_db: Callable[[], Any], rank: int,
+                 world: int, distributed: bool) -> None:
         self.system_config = system_config
         self.make_db = make_db
         self.rank, self.world, self.distributed = rank, world, distributed

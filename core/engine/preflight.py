@@ -1,7 +1,8 @@
 """Mistakes found before any training process starts, each in one line (exit 2).
 
-The settings, the deal of the batch to every process, what the device can run and the
-process-group backend it can use, sizes the model cannot take, /dev/shm for the prefetch rings of this node and (with `data`) the training split.
+The settings, the deal of the batch to every process, what the device can run and the process-group
+backend it can use, sizes the model cannot take, /dev/shm for the prefetch rings of this node and
+(with `data`) the training split.
 """
 
 from __future__ import annotations

@@ -122,8 +122,9 @@ class Saver:
         log: rank 0's log.
     """
 
-    def __init__(self, nnet: NetworkFactory, system_config: SystemConfig, rank: int, distributed: bool,
-                 state: Callable[[int], dict], log: Callable[[str], None]) -> None:
+    def __init__(self, nnet: NetworkFactory, system_config: SystemConfig, rank: int,
+                 distributed: bool, state: Callable[[int], dict],
+                 log: Callable[[str], None]) -> None:
         self.nnet, self.system_config = nnet, system_config
         self.rank, self.distributed = rank, distributed
         self.state, self.log = state, log

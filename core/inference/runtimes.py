@@ -39,8 +39,8 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
     """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
 
     torch: an `InferenceNetwork` (no training factory) with the snapshot's weights, the weight
-    average when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of `onnx`
-    (default `onnx_file`), checked against the config's name and class count; its weights are
+    average when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of
+    `onnx` (default `onnx_file`), checked against the config's name and class count; its weights are
     those the export took. openvino: an `OpenVinoNetwork` of the same file at `precision`.
     """
     check_decode_settings(db.configs)

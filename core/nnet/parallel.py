@@ -49,7 +49,8 @@ def casts_once(device_type: str) -> contextlib.AbstractContextManager:
     return torch.autocast(device_type, enabled=False)
 
 
-def split_batch(batch: dict[str, torch.Tensor], share: Deal | None) -> list[dict[str, torch.Tensor]]:
+def split_batch(batch: dict[str, torch.Tensor],
+                share: Deal | None) -> list[dict[str, torch.Tensor]]:
     """This process's chunks of its local batch: `share.mine` sizes, or the batch as one."""
     sizes = share.mine if share else [len(batch["image"])]
     if len(sizes) == 1:

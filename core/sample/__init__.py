@@ -3,8 +3,8 @@
     batch, k_ind = data_sampling_func[name](system_config, db, k_ind, data_aug=True)
 
 builds `system_config.batch_size` images from position `k_ind` of `db.db_inds` (calling
-`db.shuffle_inds()` whenever the position wraps to 0) and returns the batch and the next position. All
-randomness comes from `db.rng`. With data_aug False (validation) nothing is random: the whole
+`db.shuffle_inds()` whenever the position wraps to 0) and returns the batch and the next position.
+All randomness comes from `db.rng`. With data_aug False (validation) nothing is random: the whole
 image is resized to input_size, not flipped, and its colour only normalised.
 
 The batch (what crosses the process boundary) is a dict of fixed-shape numpy arrays plus "meta".

@@ -53,9 +53,9 @@ def sample_batch(system_config: SystemConfig, db: Any, k_ind: int, extra: dict[s
                  fill: Fill) -> tuple[dict, int]:
     """Build `system_config.batch_size` images from position `k_ind` of `db.db_inds`.
 
-    Calls `db.shuffle_inds()` whenever the position wraps to 0. An image that raises ImageReadError is
-    skipped and its path recorded in meta["skipped"] (re-raised under `strict_images`).
-    Returns the batch (the allocated arrays, `extra`, and "meta") and the next position.
+    Calls `db.shuffle_inds()` whenever the position wraps to 0. An image that raises ImageReadError
+    is skipped and its path recorded in meta["skipped"] (re-raised under `strict_images`). Returns
+    the batch (the allocated arrays, `extra`, and "meta") and the next position.
     """
     batch_size = system_config.batch_size
     batch: dict[str, Any] = {**allocate(db.configs, batch_size), **extra}

@@ -1,4 +1,5 @@
-"""Reading images from disk, loudly: a missing, unreadable or truncated file is an error naming it."""
+"""Reading images from disk, loudly: a missing, unreadable or truncated file is an error
+naming it."""
 
 from __future__ import annotations
 
