@@ -76,12 +76,13 @@ def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
             wrong.append(f"no ok row for {name}")
     if not any("test.py" in row and "not scored: no evaluator" in row for row in rows):
         wrong.append("the test.py row does not say 'not scored: no evaluator'")
-    if not any("| not run (budget) |" in row for row in rows):
-        wrong.append("no step was refused by the budget")
+    # Whether the budget refuses the last group depends on this machine's speed (tested apart,
+    # with steps of known length, in tests/test_gpu_check.py); what is refused must be offered.
+    refused = any("| not run (budget) |" in row for row in rows)
     if any("| FAIL" in row for row in rows):
         wrong.append("a step failed")
-    if "the rest: python bench/gpu_check.py --only" not in log:
-        wrong.append("no line that runs the rest")
+    if refused and "the rest: python bench/gpu_check.py --only" not in log:
+        wrong.append("steps were refused by the budget, but no line runs the rest")
     if seconds > BUDGET + 10:
         wrong.append(f"it took {seconds:.0f} s against a budget of {BUDGET:.0f} s")
     return wrong

