@@ -16,8 +16,9 @@ pytestmark = pytest.mark.slow
 
 # script, arguments, a line of its output that says it got to its figures
 RUNS = {
-    "bench_deploy": (["--configs", "CornerNet_Tiny", "--threads", "1", "--reps", "1"],
-                     "| CornerNet_Tiny | cpu | 1 | onnxruntime |"),
+    "bench_deploy": (["--configs", "CornerNet_Tiny", "--threads", "1", "--reps", "1",
+                      "--images", "1", "--rows", "torch:fp32", "onnxruntime:fp32"],
+                     "| onnxruntime | fp32 |"),
     "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
                      "CornerNet_Tiny     cpu fwd+bwd 128x128"),
     "bench_preempt": (["--trials", "1", "--after", "1", "--batch", "2"],
@@ -60,9 +61,12 @@ def test_plot_metrics_draws_a_metrics_file(tmp_path):
 
 # Scripts whose own tests run them as processes: tests/test_analyze_model.py,
 # tests/test_analyze_results.py, tests/test_gpu_check.py (which needs no GPU to start it) and
-# tests/test_slurm.py (submit.py, on the real SLURM the tests start), tests/test_onnx_export.py.
+# tests/test_slurm.py (submit.py, on the real SLURM the tests start), tests/test_onnx_export.py;
+# and the tools whose tests run their `main` in-process: tests/test_check_data.py (check_data),
+# tests/test_yolo_voc.py (convert), tests/test_deploy.py (benchmark).
 RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py", "bench/gpu_check.py",
-                 "tools/submit.py", "tools/export.py"}
+                 "tools/submit.py", "tools/export.py", "tools/check_data.py", "tools/convert.py",
+                 "tools/benchmark.py"}
 
 
 def test_every_script_of_bench_and_tools_is_covered():
