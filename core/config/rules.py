@@ -68,6 +68,13 @@ def check_plain_name(value: str, what: str, where: str) -> None:
 
 def check_system_rules(configs: dict, where: str) -> None:
     """Rules of the system section; `configs` is the whole section, defaults filled in."""
+    _check_counts(configs, where)
+    _check_learning(configs, where)
+    _check_data_and_names(configs, where)
+
+
+def _check_counts(configs: dict, where: str) -> None:
+    """The iteration count, the periods and the seed."""
     if configs["max_iter"] < 1:
         raise ConfigError(f"{where}: system.max_iter must be at least 1 (the last iteration "
                           f"to train), got {configs['max_iter']}")
@@ -75,12 +82,16 @@ def check_system_rules(configs: dict, where: str) -> None:
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 (never) or more, got "
                               f"{configs[key]}")
-    if configs["warmup_factor"] > 1:
-        raise ConfigError(f"{where}: system.warmup_factor must be in (0, 1] (the share of the "
-                          f"learning rate the warm-up starts from), got {configs['warmup_factor']}")
     if configs["seed"] < 0:
         raise ConfigError(f"{where}: system.seed must be 0 or more (numpy's generators take no "
                           f"negative seed), got {configs['seed']}")
+
+
+def _check_learning(configs: dict, where: str) -> None:
+    """The learning rate, its warm-up and schedule, the weight decay and the weight average."""
+    if configs["warmup_factor"] > 1:
+        raise ConfigError(f"{where}: system.warmup_factor must be in (0, 1] (the share of the "
+                          f"learning rate the warm-up starts from), got {configs['warmup_factor']}")
     for key in ("learning_rate", "weight_decay"):
         if configs[key] < 0:
             raise ConfigError(f"{where}: system.{key} must be 0 or more, got {configs[key]}")
@@ -96,6 +107,10 @@ def check_system_rules(configs: dict, where: str) -> None:
     if configs["ema_warmup"] < 0:
         raise ConfigError(f"{where}: system.ema_warmup must be 0 (no warm-up) or more steps, "
                           f"got {configs['ema_warmup']}")
+
+
+def _check_data_and_names(configs: dict, where: str) -> None:
+    """The chunk sizes, early stopping's need for evaluations, and the names of folders."""
     chunks = configs["chunk_sizes"]
     if chunks is not None and not (chunks and all(
             isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in chunks)):
@@ -128,6 +143,14 @@ def _positive_int_pair(value: Any) -> bool:
 
 def check_db_rules(configs: dict, where: str) -> None:
     """Rules of the db section; `configs` is the whole section, defaults filled in."""
+    _check_db_shapes(configs, where)
+    _check_db_decoding(configs, where)
+    _check_db_targets(configs, where)
+    _check_db_paths_and_names(configs, where)
+
+
+def _check_db_shapes(configs: dict, where: str) -> None:
+    """Sizes, pairs and lists whose entries have a shape."""
     if not _positive_int_pair(configs["input_size"]):
         raise ConfigError(f"{where}: db.input_size must be [height, width], two positive "
                           f"integers, got {configs['input_size']}")
@@ -145,6 +168,10 @@ def check_db_rules(configs: dict, where: str) -> None:
         if not value or not all(_is_number(v) and v > 0 for v in value):
             raise ConfigError(f"{where}: db.{key} must be a non-empty list of positive numbers, "
                               f"got {value}")
+
+
+def _check_db_decoding(configs: dict, where: str) -> None:
+    """Positive counts, and what decoding can hold: top_k, odd kernels, an IoU threshold."""
     for key in _POSITIVE_DB:
         if configs[key] <= 0:
             raise ConfigError(f"{where}: db.{key} must be greater than 0, got {configs[key]}")
@@ -163,6 +190,10 @@ def check_db_rules(configs: dict, where: str) -> None:
     for key in _NON_NEGATIVE_DB:
         if configs[key] < 0:
             raise ConfigError(f"{where}: db.{key} must be 0 or more, got {configs[key]}")
+
+
+def _check_db_targets(configs: dict, where: str) -> None:
+    """The corner targets' gaussians, the random scales and the attention thresholds."""
     if not 0 < configs["gaussian_iou"] < 1:
         raise ConfigError(f"{where}: db.gaussian_iou must be between 0 and 1 (the overlap a "
                           f"corner's radius keeps), got {configs['gaussian_iou']}")
@@ -175,6 +206,10 @@ def check_db_rules(configs: dict, where: str) -> None:
     if not all(_is_number(t) and 0 <= t <= 1 for t in configs["att_thresholds"]):
         raise ConfigError(f"{where}: db.att_thresholds must be scores between 0 and 1, got "
                           f"{configs['att_thresholds']}")
+
+
+def _check_db_paths_and_names(configs: dict, where: str) -> None:
+    """Split paths are strings; class names are distinct non-empty strings."""
     for key in _PATH_DICTS:
         paths = configs[key]
         if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
