@@ -20,6 +20,7 @@ import math
 import zipfile
 import zlib
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -248,15 +249,8 @@ class _Problems:
         return f"{path}: {self.what}: {self.count} box(es), e.g. {self.example}"
 
 
-def parse_instances(raw: bytes, path: Path) -> dict:
-    """Parse COCO instances json bytes into per-image tables.
-
-    Returns a dict: file_names [N] str, image_ids (N,) int64, boxes (M, 5) float32
-    [x1, y1, x2, y2, cls] with box_counts (N,) int64 per image in order, crowds (K, 4) float32
-    with crowd_counts (N,) int64, category_ids / category_names sorted by id, has_annotations,
-    problems (messages about clipped or dropped boxes, one per kind), clipped_images (up to
-    three [file_name, width, height] of images with clipped boxes, as the file declares them).
-    """
+def _read_json(raw: bytes, path: Path) -> dict:
+    """The file's top level, with its images and categories lists (annotations may be absent)."""
     try:
         content = json.loads(raw)
     except json.JSONDecodeError as err:
@@ -272,19 +266,26 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         if not isinstance(content.get(key, []), list):
             raise DatasetError(f"{path}: '{key}' must be a list, got "
                                f"{type(content[key]).__name__}")
+    return content
 
-    for index, category in enumerate(content["categories"]):
+
+def _categories(entries: list, path: Path) -> tuple[list[dict], dict[int, int]]:
+    """The categories sorted by id, and each COCO category id's class (1, 2, ... in id order)."""
+    for index, category in enumerate(entries):
         _require(category, ("id",), f"category entry #{index}", path)
         _integer(category["id"], f"category entry #{index}: id", path)
-    categories = sorted(content["categories"], key=lambda category: category["id"])
+    categories = sorted(entries, key=lambda category: category["id"])
     category_ids = [int(category["id"]) for category in categories]
     if len(set(category_ids)) != len(category_ids):
         raise DatasetError(f"{path}: category ids are not unique: {category_ids}")
-    coco2cls = {cat_id: cls for cls, cat_id in enumerate(category_ids, start=1)}
+    return categories, {cat_id: cls for cls, cat_id in enumerate(category_ids, start=1)}
 
+
+def _image_rows(entries: list, path: Path) -> tuple[dict[int, int], list[tuple[float, float]]]:
+    """Each image id's row in the file, and each row's declared (width, height)."""
     rows: dict[int, int] = {}
     sizes = []
-    for index, image in enumerate(content["images"]):
+    for index, image in enumerate(entries):
         what = (f"image id {image['id']}" if isinstance(image, dict) and "id" in image
                 else f"image entry #{index}")
         _require(image, ("id", "file_name", "width", "height"), what, path)
@@ -300,48 +301,74 @@ def parse_instances(raw: bytes, path: Path) -> dict:
             raise DatasetError(f"{path}: image id {image['id']} appears twice")
         rows[image["id"]] = index
         sizes.append((float(image["width"]), float(image["height"])))
+    return rows, sizes
 
+
+def _annotation_name(ann: Any, index: int) -> str:
+    """How messages name an annotation: its id, or its label line in a converted dataset."""
+    what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
+            else f"annotation entry #{index}")
+    if isinstance(ann, dict) and isinstance(ann.get("source"), str):
+        what = f"{ann['source']} ({what})"  # the label line of a converted dataset
+    return what
+
+
+def _check_annotation(ann: Any, what: str, coco2cls: dict[int, int], rows: dict[int, int],
+                      path: Path) -> None:
+    """An annotation's keys, its image and category, iscrowd and bbox, or a DatasetError."""
+    _require(ann, ("image_id", "bbox", "category_id"), what, path)
+    _integer(ann["image_id"], f"{what}: image_id", path)
+    _integer(ann["category_id"], f"{what}: category_id", path)
+    if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd", 0), float):
+        raise DatasetError(f"{path}: {what}: iscrowd must be 0 or 1, got "
+                           f"{ann['iscrowd']!r}")
+    if ann["category_id"] not in coco2cls:
+        raise DatasetError(f"{path}: {what}: unknown category id {ann['category_id']}; "
+                           f"the file's categories are {list(coco2cls)}")
+    if ann["image_id"] not in rows:
+        raise DatasetError(f"{path}: {what}: unknown image id {ann['image_id']}")
+    bbox = ann["bbox"]
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_is_finite, bbox))):
+        raise DatasetError(f"{path}: {what}: bbox must be [x, y, w, h], four finite "
+                           f"numbers, got {bbox!r}")
+
+
+def parse_instances(raw: bytes, path: Path) -> dict:
+    """Parse COCO instances json bytes into per-image tables.
+
+    Returns a dict: file_names [N] str, image_ids (N,) int64, boxes (M, 5) float32
+    [x1, y1, x2, y2, cls] with box_counts (N,) int64 per image in order, crowds (K, 4) float32
+    with crowd_counts (N,) int64, category_ids / category_names sorted by id, has_annotations,
+    problems (messages about clipped or dropped boxes, one per kind), clipped_images (up to
+    three [file_name, width, height] of images with clipped boxes, as the file declares them).
+    """
+    content = _read_json(raw, path)
+    categories, coco2cls = _categories(content["categories"], path)
+    rows, sizes = _image_rows(content["images"], path)
     boxes: list[list[list[float]]] = [[] for _ in rows]
     crowds: list[list[list[float]]] = [[] for _ in rows]
     clipped = _Problems("clipped to the image (they extended outside it)")
     dropped = _Problems("dropped (zero or negative size after clipping)")
     clipped_images: list[list] = []  # [file_name, declared width, height] of the first three
     for index, ann in enumerate(content.get("annotations", [])):
-        what = (f"annotation id {ann['id']}" if isinstance(ann, dict) and "id" in ann
-                else f"annotation entry #{index}")
-        if isinstance(ann, dict) and isinstance(ann.get("source"), str):
-            what = f"{ann['source']} ({what})"  # the label line of a converted dataset
-        _require(ann, ("image_id", "bbox", "category_id"), what, path)
-        _integer(ann["image_id"], f"{what}: image_id", path)
-        _integer(ann["category_id"], f"{what}: category_id", path)
-        if ann.get("iscrowd", 0) not in (0, 1) or isinstance(ann.get("iscrowd", 0), float):
-            raise DatasetError(f"{path}: {what}: iscrowd must be 0 or 1, got "
-                               f"{ann['iscrowd']!r}")
-        if ann["category_id"] not in coco2cls:
-            raise DatasetError(f"{path}: {what}: unknown category id {ann['category_id']}; "
-                               f"the file's categories are {category_ids}")
-        if ann["image_id"] not in rows:
-            raise DatasetError(f"{path}: {what}: unknown image id {ann['image_id']}")
-        bbox = ann["bbox"]
-        if not (isinstance(bbox, list) and len(bbox) == 4 and all(map(_is_finite, bbox))):
-            raise DatasetError(f"{path}: {what}: bbox must be [x, y, w, h], four finite "
-                               f"numbers, got {bbox!r}")
+        what = _annotation_name(ann, index)
+        _check_annotation(ann, what, coco2cls, rows, path)
         row = rows[ann["image_id"]]
         width, height = sizes[row]
-        x1, y1 = bbox[0], bbox[1]
-        x2, y2 = x1 + bbox[2], y1 + bbox[3]
-        box = [min(max(x1, 0.0), width), min(max(y1, 0.0), height),
-               min(max(x2, 0.0), width), min(max(y2, 0.0), height)]
+        bbox = ann["bbox"]
+        corners = [bbox[0], bbox[1], bbox[0] + bbox[2], bbox[1] + bbox[3]]
+        box = [min(max(corners[0], 0.0), width), min(max(corners[1], 0.0), height),
+               min(max(corners[2], 0.0), width), min(max(corners[3], 0.0), height)]
         example = f"{what}: bbox {bbox} in the {width:g}x{height:g} image id {ann['image_id']}"
-        if box != [x1, y1, x2, y2]:
+        if box != corners:
             clipped.add(example)
+            file_name = content["images"][row]["file_name"]
             named = [entry[0] for entry in clipped_images]
-            if len(clipped_images) < 3 and content["images"][row]["file_name"] not in named:
-                clipped_images.append([content["images"][row]["file_name"], width, height])
+            if len(clipped_images) < 3 and file_name not in named:
+                clipped_images.append([file_name, width, height])
         if box[2] <= box[0] or box[3] <= box[1]:
             dropped.add(example)
-            continue
-        if ann.get("iscrowd", 0):
+        elif ann.get("iscrowd", 0):
             crowds[row].append(box)
         else:
             boxes[row].append(box + [coco2cls[ann["category_id"]]])
@@ -355,7 +382,7 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         "crowds": np.array([b for per_image in crowds for b in per_image],
                            dtype=np.float32).reshape(-1, 4),
         "crowd_counts": np.array([len(per_image) for per_image in crowds], dtype=np.int64),
-        "category_ids": category_ids,
+        "category_ids": list(coco2cls),
         "category_names": [str(category.get("name", category["id"])) for category in categories],
         "has_annotations": "annotations" in content,
         "problems": [m for m in (clipped.message(path), dropped.message(path)) if m],
