@@ -68,31 +68,51 @@ def _split_flow(body: str, where: str) -> list[str]:
     return items
 
 
+_NULLS = ("", "~", "null", "Null", "NULL")
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False,
+          "FALSE": False}
+
+
 def scalar(text: str, where: str) -> Any:
     """A YAML scalar or flow collection."""
     text = text.strip()
-    if text in ("", "~", "null", "Null", "NULL"):
+    if text in _NULLS:
         return None
-    if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
-        return text.lower() == "true"
+    if text in _BOOLS:
+        return _BOOLS[text]
+    if text[0] in "\"'":
+        return _quoted(text, where)
+    if text[0] in "[{":
+        return _flow(text, where)
+    return _plain(text, where)
+
+
+def _quoted(text: str, where: str) -> str:
+    """A double-quoted text (JSON's escapes) or a single-quoted one ('' is a quote)."""
     if text[0] == '"':
         try:
             value = json.loads(text)
         except ValueError:
             raise YamlError(f"{where}: cannot read the double-quoted text {text}") from None
         return value
-    if text[0] == "'":
-        if len(text) < 2 or text[-1] != "'":
-            raise YamlError(f"{where}: a quote is not closed: {text}")
-        return text[1:-1].replace("''", "'")
+    if len(text) < 2 or text[-1] != "'":
+        raise YamlError(f"{where}: a quote is not closed: {text}")
+    return text[1:-1].replace("''", "'")
+
+
+def _flow(text: str, where: str) -> list | dict:
+    """A '[...]' list or a '{...}' map on one line."""
     if text[0] == "[":
         if text[-1] != "]":
             raise YamlError(f"{where}: a '[' list must close on the same line")
         return [scalar(item, where) for item in _split_flow(text[1:-1], where)]
-    if text[0] == "{":
-        if text[-1] != "}":
-            raise YamlError(f"{where}: a '{{' map must close on the same line")
-        return dict(_pair(item, where) for item in _split_flow(text[1:-1], where))
+    if text[-1] != "}":
+        raise YamlError(f"{where}: a '{{' map must close on the same line")
+    return dict(_pair(item, where) for item in _split_flow(text[1:-1], where))
+
+
+def _plain(text: str, where: str) -> int | float | str:
+    """An integer, a float, or plain text (not one of the YAML features not read here)."""
     if _INT.match(text):
         return int(text)
     if _FLOAT.match(text):
