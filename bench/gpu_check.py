@@ -88,7 +88,8 @@ def evaluator() -> str:
     return "none"
 
 
-def write_configs(root: Path, coco128: Path | None, tiny: bool = False, **system) -> Path:
+def write_configs(root: Path, coco128: Path | None, tiny: bool = False,
+                  **system: object) -> Path:
     """The shipped configs for 20 iterations (unless `system` says otherwise), their data on
     coco128 (Tiny, and every config when `coco128` is None: generated shapes), every path under
     `root`. `tiny`: CPU sizes for a rehearsal (batch 2 in one chunk, 2 iterations; the
@@ -185,6 +186,56 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _header(args: argparse.Namespace, keys: list[str], scratch: Path, coco128: Path | None,
+            backend: str) -> list[str]:
+    """The machine's lines, then where the data is, the evaluator, the budget and the groups."""
+    header = header_lines(args.device)
+    header.append(f"coco128: {coco128}" if coco128 else
+                  f"coco128: not found (looked in {_shared.looked_in()}): training and test rows "
+                  f"use generated shapes, bench rows are not run")
+    header.append(f"COCO evaluator: {backend}" + (
+        " (test.py rows are not scored)" if backend == "none" else ""))
+    header.append(f"budget: {args.budget or 'none'} s; groups: {' '.join(keys)}; scratch "
+                  f"{scratch}")
+    return header
+
+
+def _context(args: argparse.Namespace, steps: Steps, scratch: Path, coco128: Path | None,
+             backend: str, gpus: int) -> Context:
+    """What every group runs with: configs written under `scratch`, workers /dev/shm holds."""
+    tiny = args.device == "cpu"
+    ctx = Context(steps=steps, py=sys.executable, device=args.device, root=scratch,
+                  coco128=coco128, backend=backend, gpus=gpus, tiny=tiny,
+                  configs=write_configs(scratch, coco128, tiny=tiny),
+                  workers={name: fit_workers(scratch / "configs", name, args.workers)
+                           for name in CONFIGS},
+                  write_configs=write_configs)
+    if any(w < args.workers for w in ctx.workers.values()):
+        steps.say(f"/dev/shm holds fewer prefetch workers than --workers {args.workers}: "
+                  + ", ".join(f"{name} {w}" for name, w in ctx.workers.items()))
+    return ctx
+
+
+def _run_groups(keys: list[str], ctx: Context) -> set[str]:
+    """Run each group whose needs succeeded; the groups that ran to their end (passed or
+    failed), for the line that runs the rest."""
+    steps = ctx.steps
+    done = set()
+    for key in keys:
+        missing = [need for need in GROUPS[key].needs if need not in ctx.succeeded]
+        if missing:
+            steps.add(key, "not run", 0.0, f"needs {', '.join(missing)}, which did not succeed")
+            continue
+        first = len(steps.rows)
+        GROUPS[key].run(ctx)
+        statuses = [row.status for row in steps.rows[first:]]
+        if not any(status.endswith("(budget)") for status in statuses):
+            done.add(key)
+        if statuses and all(status == "ok" for status in statuses):
+            ctx.succeeded.add(key)
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.rehearse:
@@ -214,39 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     steps = Steps(scratch, args.budget, args.log)
     coco128 = _shared.coco128_dir()
     backend = evaluator()
-    header = header_lines(args.device)
-    header.append(f"coco128: {coco128}" if coco128 else
-                  f"coco128: not found (looked in {_shared.looked_in()}): training and test rows "
-                  f"use generated shapes, bench rows are not run")
-    header.append(f"COCO evaluator: {backend}" + (
-        " (test.py rows are not scored)" if backend == "none" else ""))
-    header.append(f"budget: {args.budget or 'none'} s; groups: {' '.join(keys)}; scratch "
-                  f"{scratch}")
+    header = _header(args, keys, scratch, coco128, backend)
     for line in header:
         steps.say(line)
-    tiny = args.device == "cpu"
-    ctx = Context(steps=steps, py=sys.executable, device=args.device, root=scratch,
-                  coco128=coco128, backend=backend, gpus=gpus, tiny=tiny,
-                  configs=write_configs(scratch, coco128, tiny=tiny),
-                  workers={name: fit_workers(scratch / "configs", name, args.workers)
-                           for name in CONFIGS},
-                  write_configs=write_configs)
-    if any(w < args.workers for w in ctx.workers.values()):
-        steps.say(f"/dev/shm holds fewer prefetch workers than --workers {args.workers}: "
-                  + ", ".join(f"{name} {w}" for name, w in ctx.workers.items()))
-    done = set()  # groups that ran to their end (passed or failed), for "the rest" line
-    for key in keys:
-        missing = [need for need in GROUPS[key].needs if need not in ctx.succeeded]
-        if missing:
-            steps.add(key, "not run", 0.0, f"needs {', '.join(missing)}, which did not succeed")
-            continue
-        first = len(steps.rows)
-        GROUPS[key].run(ctx)
-        statuses = [row.status for row in steps.rows[first:]]
-        if not any(status.endswith("(budget)") for status in statuses):
-            done.add(key)
-        if statuses and all(status == "ok" for status in statuses):
-            ctx.succeeded.add(key)
+    done = _run_groups(keys, _context(args, steps, scratch, coco128, backend, gpus))
     print()
     steps.say(steps.table(header))
     rest = [key for key in keys if key not in done]
