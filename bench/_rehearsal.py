@@ -57,25 +57,9 @@ def block_evaluators(folder: Path) -> None:
 
 def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
     """What a good rehearsal printed and logged; the list of what is wrong."""
-    wrong = []
     lines = log.splitlines()
-    for start in ("nvidia-smi -L", "torch ", "df -h /dev/shm"):
-        if not any(line.startswith(start) for line in lines[:6]):
-            wrong.append(f"the log does not start with a '{start}' line")
-    if f"coco128: {copy / 'shared' / 'data' / 'coco128'}" not in log:
-        wrong.append("coco128 was not found in the copy's ./shared")
-    if "COCO evaluator: none" not in log:
-        wrong.append("a COCO evaluator was importable")
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| step")]
-    table = output.split("| step | status | seconds | detail |")[-1]
-    for row in (line for line in table.splitlines() if line.startswith("| ")):
-        if row not in rows:
-            wrong.append(f"a table row missing from the log: {row}")
-    for name in ("CUDA tests", "train CornerNet_Squeeze", "test.py CornerNet_Squeeze"):
-        if not any(row.startswith(f"| {name}") and "| ok |" in row for row in rows):
-            wrong.append(f"no ok row for {name}")
-    if not any("test.py" in row and "not scored: no evaluator" in row for row in rows):
-        wrong.append("the test.py row does not say 'not scored: no evaluator'")
+    wrong = _header_problems(lines, log, copy) + _row_problems(output, rows)
     # Whether the budget refuses the last group depends on this machine's speed (tested apart,
     # with steps of known length, in tests/test_gpu_check.py); what is refused must be offered.
     refused = any("| not run (budget) |" in row for row in rows)
@@ -85,6 +69,34 @@ def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
         wrong.append("steps were refused by the budget, but no line runs the rest")
     if seconds > BUDGET + 10:
         wrong.append(f"it took {seconds:.0f} s against a budget of {BUDGET:.0f} s")
+    return wrong
+
+
+def _header_problems(lines: list[str], log: str, copy: Path) -> list[str]:
+    """The machine's lines first, coco128 found in the copy's ./shared, no evaluator."""
+    wrong = []
+    for start in ("nvidia-smi -L", "torch ", "df -h /dev/shm"):
+        if not any(line.startswith(start) for line in lines[:6]):
+            wrong.append(f"the log does not start with a '{start}' line")
+    if f"coco128: {copy / 'shared' / 'data' / 'coco128'}" not in log:
+        wrong.append("coco128 was not found in the copy's ./shared")
+    if "COCO evaluator: none" not in log:
+        wrong.append("a COCO evaluator was importable")
+    return wrong
+
+
+def _row_problems(output: str, rows: list[str]) -> list[str]:
+    """Every printed table row is in the log; training and testing ran; test.py unscored."""
+    wrong = []
+    table = output.split("| step | status | seconds | detail |")[-1]
+    for row in (line for line in table.splitlines() if line.startswith("| ")):
+        if row not in rows:
+            wrong.append(f"a table row missing from the log: {row}")
+    for name in ("CUDA tests", "train CornerNet_Squeeze", "test.py CornerNet_Squeeze"):
+        if not any(row.startswith(f"| {name}") and "| ok |" in row for row in rows):
+            wrong.append(f"no ok row for {name}")
+    if not any("test.py" in row and "not scored: no evaluator" in row for row in rows):
+        wrong.append("the test.py row does not say 'not scored: no evaluator'")
     return wrong
 
 
