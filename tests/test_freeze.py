@@ -32,6 +32,7 @@ def test_frozen_parameters_stay_bit_identical_and_leave_the_optimizer(tmp_path, 
     for name, (mean, var) in norms.items():
         assert not modules[name].training
         assert torch.equal(modules[name].running_mean, mean), name
+        assert torch.equal(modules[name].running_var, var), name
     moved = [n for n, p in params.items() if n not in frozen and p.requires_grad]
     assert any(not torch.equal(params[n], factory(tmp_path, tiny_db).model.state_dict()[n])
                for n in moved)
