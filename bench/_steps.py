@@ -11,6 +11,7 @@ and logged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -144,7 +145,5 @@ def kill_group(proc: subprocess.Popen) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    try:  # whatever of the group outlived its leader
+    with contextlib.suppress(ProcessLookupError):  # whatever of the group outlived its leader
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
