@@ -24,6 +24,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, MISSING, coco128_run
-from core.config import load_config
+from core.config import SystemConfig, load_config
 from core.data import prefetch, ring
 from core.data.chunks import deal
 from core.data.ring import probe_batch
@@ -85,7 +86,8 @@ class TimedDB:
     read_image = image_path
 
 
-def timed_sample(system_config, db, k_ind, data_aug=True):
+def timed_sample(system_config: SystemConfig, db: TimedDB, k_ind: int, data_aug: bool = True
+                 ) -> tuple[dict, int]:
     """A batch of the shapes `db_config` (carried on the system config) gives, built in
     `db.build_s` per image."""
     size, (height, width) = system_config.batch_size, system_config.bench_input_size
@@ -103,7 +105,8 @@ def handoff(name: str, workers: int, batches: int, batch_size: int, build_ms: fl
     return through(make_db, timed_sample, system_config, workers, batches)
 
 
-def through(make_db, sample, system_config, workers: int, batches: int) -> float:
+def through(make_db: Callable[[], Any], sample: Callable[..., tuple[dict, int]],
+            system_config: SystemConfig, workers: int, batches: int) -> float:
     """Images/s delivered after a warm-up of 4 batches."""
     share = deal(system_config, 0, 1)
     db = make_db()
@@ -127,7 +130,8 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     return through(make_db, sample, system_config, workers, batches)
 
 
-def compare(label: str, workers: int, repeats: int, measure, rules: tuple[str, ...]) -> None:
+def compare(label: str, workers: int, repeats: int, measure: Callable[[], float],
+            rules: tuple[str, ...]) -> None:
     """Run `measure()` under `rules`, alternated; print the medians and every value."""
     rates: dict[str, list[float]] = {rule: [] for rule in rules}
     for _ in range(repeats):

@@ -29,14 +29,14 @@ import torch
 from _coco128 import COCO128  # bench/ is the script's folder
 
 from core.config import SystemConfig, load_config
-from core.dbs import datasets
+from core.dbs import DETECTION, datasets
 from core.sample import data_sampling_func
 from core.sample.render import normalize_image, render_targets
 
 CONFIGS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade")
 
 
-def build_db(config: str, data: Path, cache_dir: str):
+def build_db(config: str, data: Path, cache_dir: str) -> tuple[str, DETECTION]:
     system, db_config = load_config(config)
     db_config.update(image_dirs={"all": str(data / "images")},
                      annotation_files={"all": str(data / "annotations" /

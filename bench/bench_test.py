@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -72,12 +73,12 @@ class SyntheticNet:
 
     device = torch.device("cpu")
 
-    def __init__(self, stride: int, decode_fn=decode) -> None:
+    def __init__(self, stride: int, decode_fn: Callable[..., torch.Tensor] = decode) -> None:
         self.stride = stride
         self.decode_fn = decode_fn
         self.heads: dict[tuple, list[torch.Tensor]] = {}
 
-    def test(self, images: torch.Tensor, **kwargs) -> tuple[torch.Tensor]:
+    def test(self, images: torch.Tensor, **kwargs: float) -> tuple[torch.Tensor]:
         batch, _, height, width = images.shape
         key = (batch, (height + 1) // self.stride, (width + 1) // self.stride)
         if key not in self.heads:
@@ -95,13 +96,15 @@ class SettingsDB:
 
 # ---- the original CornerNet-Lite test path, written out (algorithm of 2019) ----------------
 
-def original_decode(tl_heat, br_heat, tl_tag, br_tag, tl_regr, br_regr, K=100, kernel=1,
-                    ae_threshold=1.0, num_dets=1000):
+def original_decode(tl_heat: torch.Tensor, br_heat: torch.Tensor, tl_tag: torch.Tensor,
+                    br_tag: torch.Tensor, tl_regr: torch.Tensor, br_regr: torch.Tensor,
+                    K: int = 100, kernel: int = 1, ae_threshold: float = 1.0,
+                    num_dets: int = 1000) -> torch.Tensor:
     """The original decoder: sigmoid and a max-pool over every class map, top-K over all
     pixels, all K x K pairs, rejections, top num_dets. (B, num_dets, 8) like `decode`."""
     batch, _, height, width = tl_heat.shape
 
-    def corners(heat):
+    def corners(heat: torch.Tensor) -> tuple[torch.Tensor, ...]:
         heat = torch.sigmoid(heat)
         peak = F.max_pool2d(heat, kernel, stride=1, padding=(kernel - 1) // 2)
         heat = heat * (peak == heat).float()
@@ -110,7 +113,7 @@ def original_decode(tl_heat, br_heat, tl_tag, br_tag, tl_regr, br_regr, K=100, k
         inds = inds % (height * width)
         return scores, inds, clses, (inds // width).float(), (inds % width).float()
 
-    def gather(feat, inds):
+    def gather(feat: torch.Tensor, inds: torch.Tensor) -> torch.Tensor:
         feat = feat.permute(0, 2, 3, 1).contiguous().view(batch, -1, feat.shape[1])
         return feat.gather(1, inds.unsqueeze(2).expand(-1, -1, feat.shape[2]))
 
@@ -135,7 +138,7 @@ def original_decode(tl_heat, br_heat, tl_tag, br_tag, tl_regr, br_regr, K=100, k
     scores[br_ys < tl_ys] = -1
     scores, inds = scores.view(batch, -1).topk(num_dets)
 
-    def pick(values):
+    def pick(values: torch.Tensor) -> torch.Tensor:
         values = values.contiguous().view(batch, -1, values.shape[-1] if values.dim() == 4
                                           else 1)
         return values.gather(1, inds.unsqueeze(2).expand(-1, -1, values.shape[2])).float()
@@ -233,7 +236,7 @@ def original_inference(db: SettingsDB, net: SyntheticNet, image: np.ndarray,
 
 # ---- measurements ---------------------------------------------------------------------------
 
-def median_ms(work, repeats: int) -> float:
+def median_ms(work: Callable[[], object], repeats: int) -> float:
     work()  # warm-up; the synthetic heads are made here
     times = []
     for _ in range(repeats):

@@ -23,7 +23,9 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -32,10 +34,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench._coco128 import COCO128, MISSING, coco128_run
-from core.config import load_config
+from core.config import SystemConfig, load_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import probe_batch
+from core.dbs import DETECTION
 from core.nnet.parallel import split_batch
 from core.nnet.py_factory import NetworkFactory
 from core.sample import data_sampling_func
@@ -48,7 +51,8 @@ MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
          "fp32+det": {"deterministic": True}}
 
 
-def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None):
+def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None
+          ) -> tuple[SystemConfig, Callable[[], DETECTION]]:
     """The config of one bench row on coco128, and the dataset factory."""
     sizes = [batch // chunks + (i < batch % chunks) for i in range(chunks)]
     db = {"categories": 80}
@@ -66,7 +70,8 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> dict:
+def run_row(name: str, mode: str, workers: int, args: argparse.Namespace,
+            device: torch.device) -> dict:
     """Train warm-up + timed iterations; images/s, data-wait share, peak memory."""
     system_config, make_db = setup(name, args.batch, args.chunks, mode, args.input_size)
     share = deal(system_config, 0, 1)
@@ -108,7 +113,7 @@ def breakdown(nnet: NetworkFactory, batch: dict, reps: int) -> dict[str, float]:
     device, parts = nnet.device, {}
 
     @contextlib.contextmanager
-    def timed(key):
+    def timed(key: str) -> Iterator[None]:
         sync(device)
         t0 = time.perf_counter()
         yield

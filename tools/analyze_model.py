@@ -21,7 +21,7 @@ if __package__ in (None, ""):  # run as a file from a checkout: the project is i
 
 import torch
 
-from core.config import CONFIG_DIR, load_config
+from core.config import CONFIG_DIR, SystemConfig, load_config
 from core.engine.cli import run_cli
 from core.models import build_model
 from core.models.fit import check_input_fit
@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def analyze(system_config, db_config: dict, test_size: tuple[int, int],
+def analyze(system_config: SystemConfig, db_config: dict, test_size: tuple[int, int],
             device: torch.device) -> dict:
     """The numbers the tool prints, as a dict."""
     with torch.device("meta"):

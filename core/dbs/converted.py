@@ -19,6 +19,7 @@ import json
 import logging
 import struct
 from pathlib import Path
+from typing import BinaryIO
 
 import cv2
 
@@ -73,7 +74,7 @@ def image_size(path: Path) -> tuple[int, int] | None:
     return None if image is None else (int(image.shape[1]), int(image.shape[0]))
 
 
-def _jpeg_size(file, head: bytes) -> tuple[int, int] | None:
+def _jpeg_size(file: BinaryIO, head: bytes) -> tuple[int, int] | None:
     """Walk the JPEG segments to the first start-of-frame marker."""
     data, pos = head, 2
     while True:

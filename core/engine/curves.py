@@ -12,10 +12,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UsageError
 from ..utils.files import write_file_atomic
 from .metrics import read_lines
+
+if TYPE_CHECKING:  # matplotlib is an extra, imported where a figure is drawn
+    from matplotlib.axes import Axes
 
 AP_KEYS = ("AP", "AP50", "AP75")
 PANEL_INCHES = (9.0, 3.0)
@@ -117,7 +121,7 @@ def plot(curves: Curves, out: Path, title: str) -> None:
     write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
 
 
-def _draw_losses(axis, curves: Curves) -> None:
+def _draw_losses(axis: Axes, curves: Curves) -> None:
     for name, (its, values) in curves.losses.items():
         axis.plot(its, values, label=name, **LOSS_STYLES.get(name, {}))
     if spans_decades(list(curves.losses.values()), 2):
@@ -126,14 +130,14 @@ def _draw_losses(axis, curves: Curves) -> None:
     axis.legend(loc="best", fontsize="small")
 
 
-def _draw_lr(axis, curves: Curves) -> None:
+def _draw_lr(axis: Axes, curves: Curves) -> None:
     axis.plot(*curves.lr, drawstyle="steps-post")
     if spans_decades([curves.lr], 1):
         axis.set_yscale("log")
     axis.set_ylabel("learning rate")
 
 
-def _draw_ap(axis, curves: Curves) -> None:
+def _draw_ap(axis: Axes, curves: Curves) -> None:
     for name, (its, values) in curves.ap.items():
         axis.plot(its, values, label=name, marker="o")
     axis.set_ylim(bottom=0)

@@ -24,7 +24,7 @@ class ImageReadError(UserMistake, OSError):
         self.path = str(path)
         self.reason = reason
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type[ImageReadError], tuple[str, str]]:
         # Worker processes send this through a queue; OSError's default pickling would call
         # __init__ with the formatted message alone.
         return type(self), (self.path, self.reason)
