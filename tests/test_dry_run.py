@@ -102,7 +102,7 @@ def test_needs_at_least_one_batch():
 
 def test_real_coco128_batches_ship_the_documented_arrays(coco128, tmp_path):
     system, _ = load_config("CornerNet_Squeeze")
-    system.full.update(batch_size=2, chunk_sizes=None, prefetch_size=2, seed=3)
+    system = system.replace(batch_size=2, chunk_sizes=None, prefetch_size=2, seed=3)
     make_db = functools.partial(coco128_db, coco128, "CornerNet_Squeeze", tmp_path)
     db = make_db()
     (height, width), objects = db.configs["input_size"], db.configs["max_objects"]

@@ -322,8 +322,7 @@ def test_shm_need_counts_workers_slots_and_the_validation_ring():
     assert shm_need(system, db, 4) == (4 * 2 + 2) * per_batch
     assert shm_need(system, db, 1) == (3 + 2) * per_batch
     assert shm_need(system, db, 1, batch_size=12) == (3 + 2) * per_batch // 4
-    system.full["val_iter"] = 0
-    assert shm_need(system, db, 2) == 2 * 2 * per_batch
+    assert shm_need(system.replace(val_iter=0), db, 2) == 2 * 2 * per_batch
 
 
 def test_too_little_shm_names_need_free_and_the_ways_out(tmp_path, monkeypatch):
