@@ -114,8 +114,8 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     # is never cut short: a stop asked during start-up ends with a snapshot, not with nothing.
     wait_stop = (lambda: False) if distributed else (lambda: iteration > start and stop())
     every = {"display": system_config.display, "val": system_config.val_iter}
-    common = {"share": share, "device": nnet.device, "sample": job.sample,
-              "system_config": system_config, "probe": job.probe}
+    common = {"share": share, "device": nnet.device, "sample": job.sample, "probe": job.probe,
+              "seed": system_config.seed, "prefetch_size": system_config.prefetch_size}
     iteration = start
     with contextlib.ExitStack() as stack:
         with held_back(stop.resume_signal):  # SLURM signals the workers too

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import ConfigError, SystemConfig, load_config
-from core.data.chunks import deal, global_chunks, rank_config
+from core.data.chunks import deal, global_chunks
 
 SHIPPED = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet-multi_scale",
            "CornerNet_Tiny")
@@ -72,8 +72,7 @@ def test_a_batch_smaller_than_the_process_count_is_an_error():
         deal(config(2), 0, 3)
 
 
-def test_rank_config_carries_this_rank_share():
+def test_a_share_carries_this_rank_batch_and_chunks():
     system = config(8, [2, 2, 1, 3])
-    local = rank_config(system, deal(system, 1, 2))
-    assert local.batch_size == 4 and local.chunk_sizes == [1, 3]
-    assert system.batch_size == 8  # the original config is untouched
+    share = deal(system, 1, 2)
+    assert share.local_batch == 4 and share.mine == [1, 3] and share.batch_size == 8

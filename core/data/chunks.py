@@ -14,7 +14,6 @@ which process runs it, so the data stream is the same for every P with the same 
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -117,20 +116,3 @@ def deal(system_config: SystemConfig, rank: int, world: int) -> Deal:
     counts = even_split(len(sizes), world)
     return Deal(sizes=tuple(sizes), world=world, rank=rank, first=sum(counts[:rank]),
                 count=counts[rank], note=note)
-
-
-def with_batch_size(system_config: SystemConfig, size: int,
-                    chunks: list[int] | None = None) -> SystemConfig:
-    """A copy of the config whose batch_size is `size` (cut into `chunks`, or one chunk)."""
-    local = copy.deepcopy(system_config)
-    local.full["batch_size"] = size
-    local.full["chunk_sizes"] = chunks
-    return local
-
-
-def rank_config(system_config: SystemConfig, share: Deal) -> SystemConfig:
-    """A copy of the config whose batch_size and chunk_sizes are this process's share.
-
-    This is what the sampler sees when it builds this process's part of a batch.
-    """
-    return with_batch_size(system_config, share.local_batch, share.mine)
