@@ -104,7 +104,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
     if rank == 0 and start == 0 and system_config.batch_pictures:
         picture = system_config.snapshot_dir / "train_batch0.jpg"
-        save_batch_picture(system_config, job.make_train_db(), picture)
+        save_batch_picture(job.sample, job.make_train_db(), picture)
         log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
     evaluate = job.evaluate
     limits = Limits(system_config.patience, system_config.eval_iter, system_config.max_minutes)

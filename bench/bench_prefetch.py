@@ -37,7 +37,7 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     system_config, make_db = coco128_run(name, batch_size=batch_size, chunk_sizes=None,
                                          prefetch_size=4)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
-    share = deal(system_config, 0, 1)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     probe = probe_batch(db, sample, share)

@@ -106,7 +106,7 @@ def handoff(name: str, workers: int, batches: int, batch_size: int, build_ms: fl
 
 def through(make_db, sample, system_config, workers: int, batches: int) -> float:
     """Images/s delivered after a warm-up of 4 batches."""
-    share = deal(system_config, 0, 1)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     probe = probe_batch(db, sample, share)

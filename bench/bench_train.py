@@ -69,7 +69,7 @@ def sync(device: torch.device) -> None:
 def run_row(name: str, mode: str, workers: int, args, device: torch.device) -> dict:
     """Train warm-up + timed iterations; images/s, data-wait share, peak memory."""
     system_config, make_db = setup(name, args.batch, args.chunks, mode, args.input_size)
-    share = deal(system_config, 0, 1)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
     sample = sampler(system_config.sampling_function, system_config.strict_images)

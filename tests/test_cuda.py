@@ -65,7 +65,7 @@ def test_cuda_resolves_to_the_current_gpu_and_the_factory_uses_it(tmp_path, db):
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_batches_for_a_cuda_trainer_arrive_pinned_and_unchanged(device):
     system = tiny_config(".", batch_size=3, prefetch_size=4, seed=7)
-    share = deal(system, 0, 1)
+    share = deal(system.batch_size, system.chunk_sizes, 0, 1)
     probe, _ = fake_sample(FakeDB(), 0, share.local_batch)
     with Prefetcher(FakeDB, fake_sample, probe, share=share, workers=2, data_aug=True,
                     stream="train", seed=7, prefetch_size=4,

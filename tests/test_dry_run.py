@@ -32,8 +32,8 @@ def slow_sample(db, k_ind, batch_size, data_aug=True):
 
 def run(workers: int, batches: int, make_db=FakeDB, sample=fake_sample, **extra) -> DryRun:
     system = config(**extra)
-    return dry_run(make_db, sample, deal(system, 0, 1), workers, batches, seed=system.seed,
-                   prefetch_size=system.prefetch_size)
+    return dry_run(make_db, sample, deal(system.batch_size, None, 0, 1), workers, batches,
+                   seed=system.seed, prefetch_size=system.prefetch_size)
 
 
 def test_counts_images_per_batch_and_per_worker():
@@ -107,7 +107,7 @@ def test_real_coco128_batches_ship_the_documented_arrays(coco128, tmp_path):
     make_db = functools.partial(coco128_db, coco128, "CornerNet_Squeeze", tmp_path)
     db = make_db()
     (height, width), objects = db.configs["input_size"], db.configs["max_objects"]
-    result = dry_run(make_db, sampler("cornernet"), deal(system, 0, 1), workers=1, batches=2,
+    result = dry_run(make_db, sampler("cornernet"), deal(2, None, 0, 1), workers=1, batches=2,
                      seed=3, prefetch_size=2)
     # image uint8, colour affine (3, 4) float32, boxes (M, 4) float32, classes (M,) int64,
     # num_objects int64: see core/sample/__init__.py

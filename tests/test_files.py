@@ -305,7 +305,7 @@ def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
 
 def test_shm_need_is_what_the_prefetcher_allocates():
     system = SystemConfig().update_config({"batch_size": 3, "prefetch_size": 9, "val_iter": 0})
-    share = deal(system, 0, 1)
+    share = deal(system.batch_size, system.chunk_sizes, 0, 1)
     probe, _ = fake_sample(FakeDB(), 0, share.local_batch)
     per_batch = sum(v.nbytes for v in probe.values() if hasattr(v, "nbytes"))
     with Prefetcher(FakeDB, fake_sample, probe, share=share, workers=2, data_aug=True,

@@ -27,7 +27,7 @@ def config(batch_size=3, **extra):
 def collect(workers, count, start=0, rank=0, world=1, make_db=FakeDB, batch_size=3,
             **extra):
     system = config(batch_size * world, **extra)
-    share = deal(system, rank, world)
+    share = deal(system.batch_size, system.chunk_sizes, rank, world)
     probe, _ = fake_sample(make_db(), 0, share.local_batch)
     with Prefetcher(make_db, fake_sample, probe, share=share, workers=workers, data_aug=True,
                     stream="train", start=start, seed=7, prefetch_size=4) as data:
@@ -104,9 +104,8 @@ def test_different_ranks_draw_different_augmentation():
 
 def test_worker_exception_arrives_with_traceback_and_image_path():
     make_db = functools.partial(FakeDB, fail_at=4)
-    local = config(3)
     probe, _ = fake_sample(FakeDB(), 0, 3)
-    with Prefetcher(make_db, fake_sample, probe, share=deal(local, 0, 1), workers=2,
+    with Prefetcher(make_db, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
                     seed=7, prefetch_size=4, data_aug=True, stream="train"
                     ) as data, pytest.raises(WorkerError) as err:
         for _ in range(10):
@@ -118,9 +117,8 @@ def test_worker_exception_arrives_with_traceback_and_image_path():
 
 def test_killed_worker_raises_instead_of_hanging():
     make_db = functools.partial(FakeDB, delay=0.05)
-    local = config(3)
     probe, _ = fake_sample(FakeDB(), 0, 3)
-    data = Prefetcher(make_db, fake_sample, probe, share=deal(local, 0, 1), workers=2,
+    data = Prefetcher(make_db, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
                       seed=7, prefetch_size=4, data_aug=True, stream="train")
     try:
         data.get()
@@ -136,9 +134,8 @@ def test_killed_worker_raises_instead_of_hanging():
 
 
 def test_close_stops_every_worker():
-    local = config(3)
     probe, _ = fake_sample(FakeDB(), 0, 3)
-    data = Prefetcher(FakeDB, fake_sample, probe, share=deal(local, 0, 1), workers=3,
+    data = Prefetcher(FakeDB, fake_sample, probe, share=deal(3, None, 0, 1), workers=3,
                       seed=7, prefetch_size=4, data_aug=True, stream="train")
     data.get()
     data.close()
@@ -166,7 +163,7 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
     sample = sampler("cornernet")
     probe, _ = sample(make_db(), 0, 1)
     skipped = []
-    with Prefetcher(make_db, sample, probe, share=deal(system, 0, 1), workers=1,
+    with Prefetcher(make_db, sample, probe, share=deal(1, None, 0, 1), workers=1,
                     data_aug=True, stream="train", seed=7, prefetch_size=4) as data:
         for _ in range(96):  # one epoch of the 96 training images
             batch, meta = data.get()
@@ -191,7 +188,7 @@ def test_a_worker_exits_soon_after_its_trainer_dies():
         "from core.data.prefetch import Prefetcher\n"
         "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
         "probe, _ = fake_sample(FakeDB(), 0, 2)\n"
-        "data = Prefetcher(FakeDB, fake_sample, probe, share=deal(system, 0, 1), workers=2,\n"
+        "data = Prefetcher(FakeDB, fake_sample, probe, share=deal(2, None, 0, 1), workers=2,\n"
         "                  data_aug=True, stream='train', seed=0, prefetch_size=4)\n"
         "data.get()\n"
         "print('ready', flush=True)\n"
@@ -223,10 +220,9 @@ def test_a_failing_pin_thread_ends_get_at_once_with_its_own_error(monkeypatch):
         raise RuntimeError("injected pin failure")
 
     monkeypatch.setattr(core.data.prefetch, "_copy_out", broken_copy)
-    local = config(3)
     probe, _ = fake_sample(FakeDB(), 0, 3)
     t0 = time.monotonic()
-    with Prefetcher(FakeDB, fake_sample, probe, share=deal(local, 0, 1), workers=2,
+    with Prefetcher(FakeDB, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
                     seed=7, prefetch_size=4, data_aug=True, stream="train"
                     ) as data, pytest.raises(WorkerError) as err:
         data.get()

@@ -20,7 +20,6 @@ import cv2
 import numpy as np
 import torch
 
-from ..sample import sampler
 from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
 from ..sample.render import render_targets
@@ -176,11 +175,10 @@ def training_batch(sample: Callable, db: Any, images: int) -> tuple[dict, list]:
     return batch, render_targets(tensors, db.configs, db.num_classes, static=False)
 
 
-def save_batch_picture(system_config: Any, db: Any, path: Any, images: int = 4) -> None:
-    """Write `path` (a .jpg): `images` augmented training images of `db` with their boxes and
-    rendered targets (see `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled):
-    pass one of its own."""
-    sample = sampler(system_config.sampling_function, system_config.strict_images)
+def save_batch_picture(sample: Callable, db: Any, path: Any, images: int = 4) -> None:
+    """Write `path` (a .jpg): `images` augmented training images of `db`, built by `sample`
+    (`core.sample.sampler`), with their boxes and rendered targets (see
+    `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled): pass one of its own."""
     batch, targets = training_batch(sample, db, images)
     names = [db.cls2name(cls) for cls in range(1, db.num_classes + 1)]
     encoded = cv2.imencode(".jpg", draw_batch(batch, targets, db.configs, names))[1]

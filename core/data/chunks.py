@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from ..config import SystemConfig
 
 
 @dataclass(frozen=True)
@@ -110,9 +106,10 @@ def global_chunks(batch_size: int, chunk_sizes: list[int] | None,
     return sizes, note
 
 
-def deal(system_config: SystemConfig, rank: int, world: int) -> Deal:
-    """This process's share: the chunks of the global batch dealt in order to `world` ranks."""
-    sizes, note = global_chunks(system_config.batch_size, system_config.chunk_sizes, world)
+def deal(batch_size: int, chunk_sizes: list[int] | None, rank: int, world: int) -> Deal:
+    """This process's share: the chunks of the global batch (system.batch_size, cut into
+    system.chunk_sizes) dealt in order to `world` ranks."""
+    sizes, note = global_chunks(batch_size, chunk_sizes, world)
     counts = even_split(len(sizes), world)
     return Deal(sizes=tuple(sizes), world=world, rank=rank, first=sum(counts[:rank]),
                 count=counts[rank], note=note)

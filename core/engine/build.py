@@ -87,8 +87,8 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     try:
         if stop():
             raise Stopped(stop.signum)
-        log(dry_run(make_db, sample, deal(system_config, rank, world), args.workers,
-                    args.dry_run, seed=system_config.seed,
+        share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
+        log(dry_run(make_db, sample, share, args.workers, args.dry_run, seed=system_config.seed,
                     prefetch_size=system_config.prefetch_size, device=where).report())
     except Stopped as stopped:
         log(f"stopped by {stopped}: a dry run has nothing to save")
@@ -171,7 +171,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if system_config.val_iter and not args.initialize:
         _check_val_split(functools.partial(make_db, split=system_config.val_split),
                          system_config.val_split)
-    share = deal(system_config, rank, world)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
                           share=share)
