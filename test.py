@@ -186,10 +186,10 @@ def main(args: argparse.Namespace) -> dict | None:
                                            overrides=args.overrides)
     # A suffix config holds other test settings for the same network and snapshots.
     if settings_name(args) != args.cfg_file:
-        system_config.full["snapshot_name"] = load_config(
-            args.cfg_file, args.config_dir)[0].snapshot_name
+        system_config = system_config.replace(snapshot_name=load_config(
+            args.cfg_file, args.config_dir)[0].snapshot_name)
     if system_config.model is None:
-        system_config.full["model"] = args.cfg_file
+        system_config = system_config.replace(model=args.cfg_file)
     split = split_key(args, system_config)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     if split == "testdev" and system_config.dataset == "COCO":

@@ -104,7 +104,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     saver = Saver(nnet, system_config, rank, distributed, job.state, log)
     if rank == 0 and start == 0 and system_config.batch_pictures:
         picture = system_config.snapshot_dir / "train_batch0.jpg"
-        save_batch_picture(system_config, job.make_train_db(), picture)
+        save_batch_picture(job.sample, job.make_train_db(), picture)
         log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
     evaluate = job.evaluate
     limits = Limits(system_config.patience, system_config.eval_iter, system_config.max_minutes)
@@ -114,8 +114,8 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     # is never cut short: a stop asked during start-up ends with a snapshot, not with nothing.
     wait_stop = (lambda: False) if distributed else (lambda: iteration > start and stop())
     every = {"display": system_config.display, "val": system_config.val_iter}
-    common = {"share": share, "device": nnet.device, "sample": job.sample,
-              "system_config": system_config, "probe": job.probe}
+    common = {"share": share, "device": nnet.device, "sample": job.sample, "probe": job.probe,
+              "seed": system_config.seed, "prefetch_size": system_config.prefetch_size}
     iteration = start
     with contextlib.ExitStack() as stack:
         with held_back(stop.resume_signal):  # SLURM signals the workers too

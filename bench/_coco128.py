@@ -26,7 +26,7 @@ def coco128_run(name: str, db: dict | None = None, **system: Any) -> tuple[Any, 
     """configs/<name>.json with `system` and `db` overrides, reading all 128 images (a scratch
     dataset cache); returns (system_config, make_db)."""
     system_config, db_config = load_config(name)
-    system_config.full.update(cache_dir=tempfile.mkdtemp(), **system)
+    system_config = system_config.replace(cache_dir=tempfile.mkdtemp(), **system)
     db_config.update(image_dirs={"all": str(COCO128 / "images")},
                      annotation_files={"all": str(COCO128 / "annotations" /
                                                   "instances_coco128.json")}, **(db or {}))

@@ -30,19 +30,20 @@ from core.config import load_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import probe_batch
-from core.sample import data_sampling_func
+from core.sample import sampler
 
 
 def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     system_config, make_db = coco128_run(name, batch_size=batch_size, chunk_sizes=None,
                                          prefetch_size=4)
-    sample = data_sampling_func[system_config.sampling_function]
-    share = deal(system_config, 0, 1)
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
-    probe = probe_batch(system_config, db, sample, share)
-    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
-                    data_aug=True, stream="train") as data:
+    probe = probe_batch(db, sample, share)
+    with Prefetcher(make_db, sample, probe, share=share, workers=workers, data_aug=True,
+                    stream="train", seed=system_config.seed,
+                    prefetch_size=system_config.prefetch_size) as data:
         for _ in range(4):
             data.get()
         t0 = time.perf_counter()

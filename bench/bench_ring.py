@@ -36,7 +36,7 @@ from core.config import SystemConfig, load_config
 from core.data import prefetch, ring
 from core.data.chunks import deal
 from core.data.ring import probe_batch
-from core.sample import data_sampling_func
+from core.sample import sampler
 from core.utils import files
 
 CONFIGS = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade")
@@ -86,11 +86,11 @@ class TimedDB:
     read_image = image_path
 
 
-def timed_sample(system_config: SystemConfig, db: TimedDB, k_ind: int, data_aug: bool = True
-                 ) -> tuple[dict, int]:
-    """A batch of the shapes `db_config` (carried on the system config) gives, built in
+def timed_sample(input_size: tuple[int, int], db: TimedDB, k_ind: int, size: int,
+                 data_aug: bool = True) -> tuple[dict, int]:
+    """A batch of `size` images of `input_size` (bound with functools.partial), built in
     `db.build_s` per image."""
-    size, (height, width) = system_config.batch_size, system_config.bench_input_size
+    height, width = input_size
     time.sleep(size * db.build_s)
     return {"image": np.full((size, height, width, 3), k_ind % 255, np.uint8),
             "boxes": np.zeros((size, 128, 4), np.float32), "meta": {"skipped": []}}, k_ind
@@ -99,21 +99,23 @@ def timed_sample(system_config: SystemConfig, db: TimedDB, k_ind: int, data_aug:
 def handoff(name: str, workers: int, batches: int, batch_size: int, build_ms: float) -> float:
     """Images/s through the real Prefetcher with batches of fixed build time."""
     system_config, db_config = load_config(name)
-    system_config.full.update(batch_size=batch_size, chunk_sizes=None, prefetch_size=5,
-                              bench_input_size=db_config["input_size"])
+    system_config = system_config.replace(batch_size=batch_size, chunk_sizes=None,
+                                          prefetch_size=5)
     make_db = functools.partial(TimedDB, build_ms / 1000)
-    return through(make_db, timed_sample, system_config, workers, batches)
+    sample = functools.partial(timed_sample, db_config["input_size"])
+    return through(make_db, sample, system_config, workers, batches)
 
 
 def through(make_db: Callable[[], Any], sample: Callable[..., tuple[dict, int]],
             system_config: SystemConfig, workers: int, batches: int) -> float:
     """Images/s delivered after a warm-up of 4 batches."""
-    share = deal(system_config, 0, 1)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
-    probe = probe_batch(system_config, db, sample, share)
-    with prefetch.Prefetcher(make_db, sample, system_config, probe, share=share,
-                             workers=workers, data_aug=True, stream="train") as data:
+    probe = probe_batch(db, sample, share)
+    with prefetch.Prefetcher(make_db, sample, probe, share=share, workers=workers,
+                             data_aug=True, stream="train", seed=system_config.seed,
+                             prefetch_size=system_config.prefetch_size) as data:
         for _ in range(4):
             data.get()
         began = time.perf_counter()
@@ -126,7 +128,7 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
     """Images/s through the real Prefetcher with the rule now in `prefetch.ring_slots`."""
     system_config, make_db = coco128_run(name, batch_size=batch_size, chunk_sizes=None,
                                          prefetch_size=5)
-    sample = data_sampling_func[system_config.sampling_function]
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
     return through(make_db, sample, system_config, workers, batches)
 
 

@@ -41,7 +41,7 @@ from core.data.ring import probe_batch
 from core.dbs import DETECTION
 from core.nnet.parallel import split_batch
 from core.nnet.py_factory import NetworkFactory
-from core.sample import data_sampling_func
+from core.sample import sampler
 from core.sample.render import render_targets
 from core.utils.device import configure, resolve_device
 
@@ -74,11 +74,11 @@ def run_row(name: str, mode: str, workers: int, args: argparse.Namespace,
             device: torch.device) -> dict:
     """Train warm-up + timed iterations; images/s, data-wait share, peak memory."""
     system_config, make_db = setup(name, args.batch, args.chunks, mode, args.input_size)
-    share = deal(system_config, 0, 1)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, 0, 1)
     db = make_db()
     db.set_rng(np.random.default_rng(0))
-    sample = data_sampling_func[system_config.sampling_function]
-    probe = probe_batch(system_config, db, sample, share)
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
+    probe = probe_batch(db, sample, share)
     configure(device, system_config.deterministic, fixed_sizes=True)
     base = 0
     if device.type == "cuda":  # this row's own peak: less what earlier rows still hold
@@ -88,8 +88,9 @@ def run_row(name: str, mode: str, workers: int, args: argparse.Namespace,
     torch.manual_seed(0)
     nnet = NetworkFactory(system_config, db, device=device, share=share)
     nnet.train_mode()
-    with Prefetcher(make_db, sample, system_config, probe, share=share, workers=workers,
-                    data_aug=True, stream="train", device=device) as data:
+    with Prefetcher(make_db, sample, probe, share=share, workers=workers, data_aug=True,
+                    stream="train", seed=system_config.seed,
+                    prefetch_size=system_config.prefetch_size, device=device) as data:
         for _ in range(args.warmup):
             nnet.train(data.get()[0])
         sync(device)

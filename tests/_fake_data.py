@@ -28,9 +28,9 @@ class FakeDB:
         return np.full((2, 2, 3), ind, np.uint8)
 
 
-def fake_sample(system_config, db, k_ind, data_aug=True):
-    """Records which images a batch holds and one random draw per image."""
-    size = system_config.batch_size
+def fake_sample(db, k_ind, size, data_aug=True):
+    """Records which images a batch holds and one random draw per image (the call form of
+    `core.sample.sampler`)."""
     image = np.zeros((size, 2, 2, 3), np.uint8)
     noise = np.zeros((size,), np.float64)
     for b in range(size):

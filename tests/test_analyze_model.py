@@ -67,8 +67,8 @@ def test_a_tensor_saved_twice_counts_once_and_weights_not_at_all():
 
 def frozen_report() -> dict:
     system_config, db_config = load_config("CornerNet_Tiny")
-    system_config.full["freeze"] = ["hg.pre"]
-    return analyze(system_config, db_config, (128, 128), torch.device("cpu"))
+    return analyze(system_config.replace(freeze=["hg.pre"]), db_config, (128, 128),
+                   torch.device("cpu"))
 
 
 def test_frozen_parameters_are_not_trainable():

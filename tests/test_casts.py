@@ -40,7 +40,8 @@ def bf16_step(tmp_path, db, chunks: int) -> tuple[int, list[torch.Tensor]]:
     torch.manual_seed(0)
     config = tiny_config(tmp_path, amp="bf16", batch_size=2,
                          chunk_sizes=[1, 1] if chunks == 2 else None)
-    nnet = NetworkFactory(config, db, device="cpu", share=deal(config, 0, 1))
+    share = deal(config.batch_size, config.chunk_sizes, 0, 1)
+    nnet = NetworkFactory(config, db, device="cpu", share=share)
     with WeightCasts() as casts:
         nnet.train(batch_of(db, 2))
     return casts.count, [p.grad for p in nnet.model.parameters() if p.grad is not None]

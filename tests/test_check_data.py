@@ -16,6 +16,7 @@ from _train_helpers import REPO, losses, write_config
 from core.config import load_config
 from core.data.check import training_batch
 from core.dbs import datasets
+from core.sample import sampler
 from core.utils.vis import PANEL_GAP, draw_batch
 
 _spec = importlib.util.spec_from_file_location("check_data", REPO / "tools" / "check_data.py")
@@ -107,7 +108,7 @@ def test_batch_heatmap_peaks_sit_at_the_corners_of_the_drawn_boxes(coco128, tmp_
     folder = write_config(tmp_path, coco128)
     system_config, db_config = load_config("Tiny128", folder)
     db = datasets["COCO"](db_config, split="train", sys_config=system_config)
-    batch, targets = training_batch(system_config, db, 4)
+    batch, targets = training_batch(sampler(system_config.sampling_function), db, 4)
     assert batch["num_objects"].sum() > 0
     in_h, in_w = db.configs["input_size"]
     stride = in_w // db.configs["output_sizes"][0][1]

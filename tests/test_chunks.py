@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.config import ConfigError, SystemConfig, load_config
-from core.data.chunks import deal, global_chunks, rank_config
+from core.data.chunks import deal, global_chunks
 
 SHIPPED = ("CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet-multi_scale",
            "CornerNet_Tiny")
@@ -19,7 +19,7 @@ def config(batch_size, chunk_sizes=None):
 def test_every_shipped_config_deals_to_one_to_eight_processes(name):
     system, _ = load_config(name)
     for world in range(1, 9):
-        shares = [deal(system, rank, world) for rank in range(world)]
+        shares = [deal(system.batch_size, system.chunk_sizes, rank, world) for rank in range(world)]
         sizes = shares[0].sizes
         assert sum(sizes) == system.batch_size
         assert all(share.sizes == sizes for share in shares)
@@ -35,7 +35,7 @@ def test_every_shipped_config_deals_to_one_to_eight_processes(name):
 
 def test_configured_chunks_are_kept_when_there_are_enough():
     system, _ = load_config("CornerNet")  # 49, [4, 5 x 9]
-    shares = [deal(system, rank, 3) for rank in range(3)]
+    shares = [deal(system.batch_size, system.chunk_sizes, rank, 3) for rank in range(3)]
     assert [share.mine for share in shares] == [[4, 5, 5, 5], [5, 5, 5], [5, 5, 5]]
     assert [share.local_batch for share in shares] == [19, 15, 15]
     assert shares[0].note is None
@@ -45,13 +45,14 @@ def test_configured_chunks_are_kept_when_there_are_enough():
 
 def test_fewer_chunks_than_processes_are_cut_evenly_and_said():
     system, _ = load_config("CornerNet_Squeeze")  # 55, [13, 14, 14, 14]
-    assert deal(system, 0, 4).mine == [13]
-    share = deal(system, 0, 6)
+    assert deal(system.batch_size, system.chunk_sizes, 0, 4).mine == [13]
+    share = deal(system.batch_size, system.chunk_sizes, 0, 6)
     assert share.sizes == (10, 9, 9, 9, 9, 9)
     assert "cut into 6 chunks" in share.note and "[13, 14, 14, 14]" in share.note
     saccade, _ = load_config("CornerNet_Saccade")  # 48, [12 x 4]
-    assert deal(saccade, 0, 8).sizes == (6,) * 8
-    assert deal(saccade, 0, 3).note is None  # 4 chunks for 3 processes: 2, 1, 1
+    assert deal(saccade.batch_size, saccade.chunk_sizes, 0, 8).sizes == (6,) * 8
+    # 4 chunks for 3 processes: 2, 1, 1
+    assert deal(saccade.batch_size, saccade.chunk_sizes, 0, 3).note is None
 
 
 def test_re_chunking_never_exceeds_the_largest_configured_chunk():
@@ -69,11 +70,10 @@ def test_without_chunk_sizes_one_process_has_one_chunk_and_more_are_cut():
 
 def test_a_batch_smaller_than_the_process_count_is_an_error():
     with pytest.raises(ConfigError, match="batch_size 2 cannot be dealt to 3 processes"):
-        deal(config(2), 0, 3)
+        deal(2, None, 0, 3)
 
 
-def test_rank_config_carries_this_rank_share():
+def test_a_share_carries_this_rank_batch_and_chunks():
     system = config(8, [2, 2, 1, 3])
-    local = rank_config(system, deal(system, 1, 2))
-    assert local.batch_size == 4 and local.chunk_sizes == [1, 3]
-    assert system.batch_size == 8  # the original config is untouched
+    share = deal(system.batch_size, system.chunk_sizes, 1, 2)
+    assert share.local_batch == 4 and share.mine == [1, 3] and share.batch_size == 8

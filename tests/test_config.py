@@ -154,3 +154,46 @@ def test_att_scales_need_one_list_per_attention_round():
         check_db_config({"att_scales": [1, 1.5, 2]})
     with pytest.raises(ConfigError, match="att_scales"):
         check_db_config({"att_thresholds": [0.3, 0.3]})
+
+
+def test_the_system_config_refuses_every_write_in_place():
+    system = SystemConfig().update_config({"batch_size": 4, "freeze": ["hg.pre"]})
+    with pytest.raises(TypeError, match=r"read-only; make a checked copy with .*replace"):
+        system.full["batch_size"] = 8
+    for write in (lambda full: full.update(batch_size=8), lambda full: full.pop("seed"),
+                  lambda full: full.setdefault("x", 1), lambda full: full.clear()):
+        with pytest.raises(TypeError, match="read-only"):
+            write(system.full)
+    with pytest.raises(AttributeError, match=r"read-only \(setting batch_size\)"):
+        system.batch_size = 8
+    system.full["freeze"].append("hg.kps")  # a copy: the config does not see it
+    system.freeze.append("hg.kps")
+    assert system.batch_size == 4 and system.freeze == ["hg.pre"]
+    assert system.full["freeze"] == ["hg.pre"]
+
+
+def test_replace_is_a_new_config_checked_as_a_config_file_is():
+    system = SystemConfig().update_config({"batch_size": 4, "seed": 7})
+    changed = system.replace(batch_size=6, chunk_sizes=[2, 4])
+    assert (changed.batch_size, changed.chunk_sizes, changed.seed) == (6, [2, 4], 7)
+    assert (system.batch_size, system.chunk_sizes) == (4, None)  # the original is untouched
+    assert system.replace() == system and changed != system
+    with pytest.raises(ConfigError, match=r"system\.batch_size must be int, got str '6'"):
+        system.replace(batch_size="6")
+    with pytest.raises(ConfigError, match=r"system\.batch_size must be greater than 0"):
+        system.replace(batch_size=0)
+    with pytest.raises(ConfigError, match=r"unknown key system\.bench_input_size"):
+        system.replace(bench_input_size=[64, 64])
+    with pytest.raises(ConfigError, match=r"chunk_sizes \[2, 4\] sum to 6, not batch_size 4"):
+        system.replace(chunk_sizes=[2, 4])
+    with pytest.raises(ConfigError, match="snapshot_name"):
+        system.replace(snapshot_name="../up")
+
+
+def test_a_system_config_pickles_whole():
+    import pickle
+
+    system = SystemConfig(Path("/tmp/root")).update_config({"batch_size": 3, "data_dir": "d"})
+    copy = pickle.loads(pickle.dumps(system))
+    assert copy == system and copy.data_dir == Path("/tmp/root/d")
+    assert pickle.loads(pickle.dumps(system.full)) == system.full

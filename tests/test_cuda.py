@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.data.chunks import deal, rank_config
+from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.utils.device import configure, resolve_device
 from tests._fake_data import FakeDB, fake_sample
@@ -65,13 +65,14 @@ def test_cuda_resolves_to_the_current_gpu_and_the_factory_uses_it(tmp_path, db):
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_batches_for_a_cuda_trainer_arrive_pinned_and_unchanged(device):
     system = tiny_config(".", batch_size=3, prefetch_size=4, seed=7)
-    share = deal(system, 0, 1)
-    probe, _ = fake_sample(rank_config(system, share), FakeDB(), 0)
-    with Prefetcher(FakeDB, fake_sample, system, probe, share=share, workers=2, data_aug=True,
-                    stream="train", device=resolve_device(device)) as data:
+    share = deal(system.batch_size, system.chunk_sizes, 0, 1)
+    probe, _ = fake_sample(FakeDB(), 0, share.local_batch)
+    with Prefetcher(FakeDB, fake_sample, probe, share=share, workers=2, data_aug=True,
+                    stream="train", seed=7, prefetch_size=4,
+                    device=resolve_device(device)) as data:
         pinned = [data.get()[0] for _ in range(4)]
-    with Prefetcher(FakeDB, fake_sample, system, probe, share=share, workers=2, data_aug=True,
-                    stream="train") as data:
+    with Prefetcher(FakeDB, fake_sample, probe, share=share, workers=2, data_aug=True,
+                    stream="train", seed=7, prefetch_size=4) as data:
         plain = [data.get()[0] for _ in range(4)]
     for a, b in zip(pinned, plain):
         assert all(value.is_pinned() for value in a.values())

@@ -14,7 +14,7 @@ from _fake_data import FakeDB, fake_sample
 from core.config import ConfigError, SystemConfig, load_config
 from core.data.chunks import deal
 from core.data.dry_run import DryRun, TimedSample, dry_run
-from core.sample import data_sampling_func
+from core.sample import sampler
 
 DELAY = 0.02
 
@@ -24,15 +24,16 @@ def config(batch_size: int = 3, **extra) -> SystemConfig:
                                          "seed": 7, **extra})
 
 
-def slow_sample(system_config, db, k_ind, data_aug=True):
+def slow_sample(db, k_ind, batch_size, data_aug=True):
     """fake_sample plus DELAY seconds of work outside db.read_image per call."""
     time.sleep(DELAY)
-    return fake_sample(system_config, db, k_ind, data_aug)
+    return fake_sample(db, k_ind, batch_size, data_aug)
 
 
 def run(workers: int, batches: int, make_db=FakeDB, sample=fake_sample, **extra) -> DryRun:
     system = config(**extra)
-    return dry_run(system, make_db, sample, deal(system, 0, 1), workers, batches)
+    return dry_run(make_db, sample, deal(system.batch_size, None, 0, 1), workers, batches,
+                   seed=system.seed, prefetch_size=system.prefetch_size)
 
 
 def test_counts_images_per_batch_and_per_worker():
@@ -75,9 +76,9 @@ def test_per_worker_rate_is_images_over_building_time():
 def test_timed_sample_splits_reading_augmenting_and_queueing():
     db = FakeDB(length=6, delay=DELAY)
     sample = TimedSample(slow_sample)
-    first, _ = sample(config(batch_size=2), db, 0)
+    first, _ = sample(db, 0, 2)
     time.sleep(DELAY)
-    second, _ = sample(config(batch_size=2), db, 2)
+    second, _ = sample(db, 2, 2)
     assert first["meta"]["queue_s"] == 0.0  # nothing before a worker's first chunk
     assert second["meta"]["queue_s"] >= DELAY
     for batch in (first, second):
@@ -102,12 +103,12 @@ def test_needs_at_least_one_batch():
 
 def test_real_coco128_batches_ship_the_documented_arrays(coco128, tmp_path):
     system, _ = load_config("CornerNet_Squeeze")
-    system.full.update(batch_size=2, chunk_sizes=None, prefetch_size=2, seed=3)
+    system = system.replace(batch_size=2, chunk_sizes=None, prefetch_size=2, seed=3)
     make_db = functools.partial(coco128_db, coco128, "CornerNet_Squeeze", tmp_path)
     db = make_db()
     (height, width), objects = db.configs["input_size"], db.configs["max_objects"]
-    result = dry_run(system, make_db, data_sampling_func["cornernet"], deal(system, 0, 1),
-                     workers=1, batches=2)
+    result = dry_run(make_db, sampler("cornernet"), deal(2, None, 0, 1), workers=1, batches=2,
+                     seed=3, prefetch_size=2)
     # image uint8, colour affine (3, 4) float32, boxes (M, 4) float32, classes (M,) int64,
     # num_objects int64: see core/sample/__init__.py
     assert result.bytes_per_image == height * width * 3 + 48 + objects * 16 + objects * 8 + 8

@@ -102,7 +102,7 @@ def _rank(rank: int, tmp_path, coco128, url: str) -> None:
     try:
         db = coco128_db(coco128, "CornerNet_Tiny", tmp_path / f"dbs{rank}", categories=80)
         system = tiny_config(tmp_path, ema_decay=0.8, ema_warmup=1)
-        share = deal(system, rank, 2)
+        share = deal(system.batch_size, system.chunk_sizes, rank, 2)
         torch.manual_seed(0)
         nnet = NetworkFactory(system, db, device="cpu", distributed=True, share=share)
         start = sum(share.sizes[:share.first])

@@ -68,14 +68,14 @@ def test_snapshot_round_trip_restores_model_and_optimizer(tmp_path):
     first.optimizer.state[next(first.model.parameters())] = {"step": torch.tensor(3.0)}
     first.save_params(7, {"data": {"next_batch": 7}})
     second = factory(tmp_path / "x", seed=1)
-    second.system_config.full["cache_dir"] = str(tmp_path)
+    second.system_config = second.system_config.replace(cache_dir=str(tmp_path))
     state = second.load_params(7)
     assert state["data"]["next_batch"] == 7
     for key, value in first.model.state_dict().items():
         assert torch.equal(second.model.state_dict()[key], value), key
     assert len(second.optimizer.state_dict()["state"]) == 1
     inference = factory(tmp_path / "y", seed=2)
-    inference.system_config.full["cache_dir"] = str(tmp_path)
+    inference.system_config = inference.system_config.replace(cache_dir=str(tmp_path))
     inference.load_params(7, model_only=True)
     assert not inference.optimizer.state_dict()["state"]
     assert torch.equal(inference.model.state_dict()["hg.pre.0.conv.weight"],

@@ -17,7 +17,7 @@ import torch
 from _fake_data import FakeDB, fake_sample
 
 from core.config import SystemConfig, check_db_config
-from core.data.chunks import deal, rank_config
+from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import image_bytes, ring_slots, shm_need
 from core.utils import files
@@ -305,11 +305,11 @@ def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
 
 def test_shm_need_is_what_the_prefetcher_allocates():
     system = SystemConfig().update_config({"batch_size": 3, "prefetch_size": 9, "val_iter": 0})
-    share = deal(system, 0, 1)
-    probe, _ = fake_sample(rank_config(system, share), FakeDB(), 0)
+    share = deal(system.batch_size, system.chunk_sizes, 0, 1)
+    probe, _ = fake_sample(FakeDB(), 0, share.local_batch)
     per_batch = sum(v.nbytes for v in probe.values() if hasattr(v, "nbytes"))
-    with Prefetcher(FakeDB, fake_sample, system, probe, share=share, workers=2,
-                    data_aug=True, stream="train") as data:
+    with Prefetcher(FakeDB, fake_sample, probe, share=share, workers=2, data_aug=True,
+                    stream="train", seed=0, prefetch_size=system.prefetch_size) as data:
         ring = sum(t.nbytes for t in data._ring.values())
     assert ring == 2 * ring_slots(9, 2, "train") * per_batch == 2 * 3 * per_batch
 
@@ -322,8 +322,7 @@ def test_shm_need_counts_workers_slots_and_the_validation_ring():
     assert shm_need(system, db, 4) == (4 * 2 + 2) * per_batch
     assert shm_need(system, db, 1) == (3 + 2) * per_batch
     assert shm_need(system, db, 1, batch_size=12) == (3 + 2) * per_batch // 4
-    system.full["val_iter"] = 0
-    assert shm_need(system, db, 2) == 2 * 2 * per_batch
+    assert shm_need(system.replace(val_iter=0), db, 2) == 2 * 2 * per_batch
 
 
 def test_too_little_shm_names_need_free_and_the_ways_out(tmp_path, monkeypatch):

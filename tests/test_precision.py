@@ -104,7 +104,7 @@ def test_one_forward_of_the_local_batch_gives_each_chunks_loss(tmp_path, db):
     """The SyncBN path runs the whole local batch at once and cuts the outputs per chunk; with
     batch norm in eval mode (no batch statistics) that must equal one forward per chunk."""
     system = {"batch_size": 5, "chunk_sizes": [3, 2]}
-    share = deal(tiny_config(tmp_path, **system), rank=0, world=1)
+    share = deal(5, [3, 2], rank=0, world=1)
     per_chunk = factory(tmp_path, db, **system)
     per_chunk.share = share
     whole = factory(tmp_path, db, **system)

@@ -13,7 +13,7 @@ from _fake_data import FakeDB, fake_sample
 
 import core.data.prefetch
 from core.config import SystemConfig
-from core.data.chunks import deal, rank_config
+from core.data.chunks import deal
 from core.data.prefetch import Prefetcher, WorkerError
 from core.data.stream import stream_indices
 from core.utils.procs import is_alive, process_identity
@@ -27,10 +27,10 @@ def config(batch_size=3, **extra):
 def collect(workers, count, start=0, rank=0, world=1, make_db=FakeDB, batch_size=3,
             **extra):
     system = config(batch_size * world, **extra)
-    share = deal(system, rank, world)
-    probe, _ = fake_sample(rank_config(system, share), make_db(), 0)
-    with Prefetcher(make_db, fake_sample, system, probe, share=share, workers=workers,
-                    data_aug=True, stream="train", start=start) as data:
+    share = deal(system.batch_size, system.chunk_sizes, rank, world)
+    probe, _ = fake_sample(make_db(), 0, share.local_batch)
+    with Prefetcher(make_db, fake_sample, probe, share=share, workers=workers, data_aug=True,
+                    stream="train", start=start, seed=7, prefetch_size=4) as data:
         return [data.get()[0] for _ in range(count)]
 
 
@@ -104,10 +104,10 @@ def test_different_ranks_draw_different_augmentation():
 
 def test_worker_exception_arrives_with_traceback_and_image_path():
     make_db = functools.partial(FakeDB, fail_at=4)
-    local = config(3)
-    probe, _ = fake_sample(local, FakeDB(), 0)
-    with Prefetcher(make_db, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
-                    data_aug=True, stream="train") as data, pytest.raises(WorkerError) as err:
+    probe, _ = fake_sample(FakeDB(), 0, 3)
+    with Prefetcher(make_db, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
+                    seed=7, prefetch_size=4, data_aug=True, stream="train"
+                    ) as data, pytest.raises(WorkerError) as err:
         for _ in range(10):
             data.get()
     text = str(err.value)
@@ -117,10 +117,9 @@ def test_worker_exception_arrives_with_traceback_and_image_path():
 
 def test_killed_worker_raises_instead_of_hanging():
     make_db = functools.partial(FakeDB, delay=0.05)
-    local = config(3)
-    probe, _ = fake_sample(local, FakeDB(), 0)
-    data = Prefetcher(make_db, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
-                      data_aug=True, stream="train")
+    probe, _ = fake_sample(FakeDB(), 0, 3)
+    data = Prefetcher(make_db, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
+                      seed=7, prefetch_size=4, data_aug=True, stream="train")
     try:
         data.get()
         os.kill(data.procs[1].pid, signal.SIGKILL)
@@ -135,10 +134,9 @@ def test_killed_worker_raises_instead_of_hanging():
 
 
 def test_close_stops_every_worker():
-    local = config(3)
-    probe, _ = fake_sample(local, FakeDB(), 0)
-    data = Prefetcher(FakeDB, fake_sample, local, probe, share=deal(local, 0, 1), workers=3,
-                      data_aug=True, stream="train")
+    probe, _ = fake_sample(FakeDB(), 0, 3)
+    data = Prefetcher(FakeDB, fake_sample, probe, share=deal(3, None, 0, 1), workers=3,
+                      seed=7, prefetch_size=4, data_aug=True, stream="train")
     data.get()
     data.close()
     assert [proc.exitcode is not None for proc in data.procs] == [True] * 3
@@ -149,7 +147,7 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
 
     from core.config import check_db_config
     from core.dbs import datasets
-    from core.sample import data_sampling_func
+    from core.sample import sampler
 
     images = tmp_path / "images"
     shutil.copytree(coco128 / "images", images)
@@ -162,11 +160,11 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
                                           "instances_coco128_train.json")}})
     system = config(1, cache_dir=str(tmp_path / "cache"))
     make_db = functools.partial(datasets["COCO"], db_config, split="train", sys_config=system)
-    sample = data_sampling_func["cornernet"]
-    probe, _ = sample(system, make_db(), 0)
+    sample = sampler("cornernet")
+    probe, _ = sample(make_db(), 0, 1)
     skipped = []
-    with Prefetcher(make_db, sample, system, probe, share=deal(system, 0, 1), workers=1,
-                    data_aug=True, stream="train") as data:
+    with Prefetcher(make_db, sample, probe, share=deal(1, None, 0, 1), workers=1,
+                    data_aug=True, stream="train", seed=7, prefetch_size=4) as data:
         for _ in range(96):  # one epoch of the 96 training images
             batch, meta = data.get()
             skipped += meta["skipped"]
@@ -189,9 +187,9 @@ def test_a_worker_exits_soon_after_its_trainer_dies():
         "from core.config import SystemConfig\n"
         "from core.data.prefetch import Prefetcher\n"
         "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
-        "probe, _ = fake_sample(system, FakeDB(), 0)\n"
-        "data = Prefetcher(FakeDB, fake_sample, system, probe, share=deal(system, 0, 1),\n"
-        "                  workers=2, data_aug=True, stream='train')\n"
+        "probe, _ = fake_sample(FakeDB(), 0, 2)\n"
+        "data = Prefetcher(FakeDB, fake_sample, probe, share=deal(2, None, 0, 1), workers=2,\n"
+        "                  data_aug=True, stream='train', seed=0, prefetch_size=4)\n"
         "data.get()\n"
         "print('ready', flush=True)\n"
         "time.sleep(600)\n")
@@ -222,11 +220,11 @@ def test_a_failing_pin_thread_ends_get_at_once_with_its_own_error(monkeypatch):
         raise RuntimeError("injected pin failure")
 
     monkeypatch.setattr(core.data.prefetch, "_copy_out", broken_copy)
-    local = config(3)
-    probe, _ = fake_sample(local, FakeDB(), 0)
+    probe, _ = fake_sample(FakeDB(), 0, 3)
     t0 = time.monotonic()
-    with Prefetcher(FakeDB, fake_sample, local, probe, share=deal(local, 0, 1), workers=2,
-                    data_aug=True, stream="train") as data, pytest.raises(WorkerError) as err:
+    with Prefetcher(FakeDB, fake_sample, probe, share=deal(3, None, 0, 1), workers=2,
+                    seed=7, prefetch_size=4, data_aug=True, stream="train"
+                    ) as data, pytest.raises(WorkerError) as err:
         data.get()
     assert time.monotonic() - t0 < 10  # not the STALL_S (600 s) of a silent thread
     text = str(err.value)

@@ -40,7 +40,8 @@ def test_merged_statistics_equal_one_process_running_every_chunk(monkeypatch, si
     single = model()
     for x in data:
         single(x)
-    nets, merges, shares = [], [], [deal(system, rank, world) for rank in range(world)]
+    nets, merges = [], []
+    shares = [deal(system.batch_size, system.chunk_sizes, rank, world) for rank in range(world)]
     for share in shares:
         net = model()
         merge = RunningStatsMerge(net, share)

@@ -275,3 +275,31 @@ def test_attention_cells_mark_centres_at_the_scale_of_the_object_size(coco128, c
     cells = attention_cells(boxes, configs, slots=4)
     assert cells.tolist() == [[3 * 16 + 7, -1, -1, -1], [13 * 32 + 15, -1, -1, -1],
                               [51 * 64 + 3, -1, -1, -1]]
+
+
+@pytest.mark.parametrize("config, sampler", SAMPLERS)
+def test_the_original_call_form_builds_what_the_values_form_builds(coco128, cache_dir, config,
+                                                                   sampler):
+    from core.sample import samplers
+
+    batches = []
+    for build in (lambda db: data_sampling_func[sampler](system_config(3), db, 5),
+                  lambda db: samplers[sampler](db, 5, 3)):
+        db = coco128_db(coco128, config, cache_dir)
+        db.set_rng(np.random.default_rng(4))
+        batches.append(build(db))
+    (original, k_original), (values, k_values) = batches
+    assert k_original == k_values == 8
+    assert set(original) == set(values)
+    for key in original:
+        if key != "meta":
+            assert np.array_equal(original[key], values[key]), key
+
+
+def test_an_unknown_sampling_function_lists_the_valid_ones():
+    from core.config import ConfigError
+    from core.sample import sampler
+
+    with pytest.raises(ConfigError, match="unknown sampling function 'cornrnet'; valid sampling "
+                                          "function names: cornernet, cornernet_saccade"):
+        sampler("cornrnet")

@@ -27,6 +27,7 @@ from core.config import CONFIG_DIR, load_config, lookup
 from core.data.check import across_splits, save_batch_picture, split_report
 from core.dbs import datasets
 from core.engine.cli import run_cli
+from core.sample import sampler
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -124,9 +125,9 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"wrote {out / 'report.json'}")
 
     picture = out / "train_batch0.jpg"
-    save_batch_picture(system_config, dataset(db_config, split=system_config.train_split,
-                                              sys_config=system_config), picture,
-                       args.batch_images)
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
+    save_batch_picture(sample, dataset(db_config, split=system_config.train_split,
+                                       sys_config=system_config), picture, args.batch_images)
     print(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
           f"heatmaps with offset arrows, one row per image")
     print(draw_labels(out / "labels.png", reports, points))

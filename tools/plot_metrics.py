@@ -49,7 +49,7 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
         return Path(target)
     system_config, _ = load_config(target)
     if cache_dir is not None:
-        system_config.full["cache_dir"] = str(Path(cache_dir).resolve())
+        system_config = system_config.replace(cache_dir=str(Path(cache_dir).resolve()))
     return system_config.snapshot_dir / "metrics.jsonl"
 
 

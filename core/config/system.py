@@ -238,35 +238,76 @@ def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-class SystemConfig:
-    """The "system" section: training schedule, names, directories and splits.
+class _ReadOnly(dict):
+    """A copy of the system section that refuses writes: a change goes through
+    `SystemConfig.replace`, which checks it as a config file's would be."""
 
-    Values are read as attributes (`cfg.batch_size`); `full` is the plain dict.
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("the system config is read-only; make a checked copy with "
+                        "system_config.replace(key=value)")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse  # type: ignore[assignment]
+    update = pop = popitem = clear = setdefault = _refuse  # type: ignore[assignment]
+
+    def __reduce__(self) -> tuple:
+        return type(self), (dict(self),)
+
+
+class SystemConfig:
+    """The "system" section: training schedule, names, directories and splits. Immutable.
+
+    Values are read as attributes (`cfg.batch_size`); `full` is a read-only copy of them all.
+    `update_config` and `replace` return a new config, checked by the rules of a config file.
     """
 
     def __init__(self, root_dir: Path | str = PROJECT_ROOT) -> None:
-        self._configs = {key: _copy(default) for key, (default, _, _) in _SYSTEM_SCHEMA.items()}
-        self._root = Path(root_dir)
+        configs = {key: _copy(default) for key, (default, _, _) in _SYSTEM_SCHEMA.items()}
+        object.__setattr__(self, "_configs", configs)
+        object.__setattr__(self, "_root", Path(root_dir))
 
     def update_config(self, new: dict, where: str = "system config") -> SystemConfig:
+        """A new config: this one with the values of `new` (a config file's system section),
+        strictly checked; `where` names the source in error messages."""
         merged = {**self._configs, **_check("system", _SYSTEM_SCHEMA, new, where)}
         check_system_rules(merged, where)
-        self._configs.update(merged)
-        chunks = self._configs["chunk_sizes"]
-        if chunks is not None and sum(chunks) != self._configs["batch_size"]:
+        chunks = merged["chunk_sizes"]
+        if chunks is not None and sum(chunks) != merged["batch_size"]:
             raise ConfigError(f"{where}: system.chunk_sizes {chunks} sum to {sum(chunks)}, "
-                              f"not batch_size {self._configs['batch_size']}")
-        return self
+                              f"not batch_size {merged['batch_size']}")
+        changed = SystemConfig(self._root)
+        object.__setattr__(changed, "_configs", _copy(merged))
+        return changed
+
+    def replace(self, **changes: Any) -> SystemConfig:
+        """A new config with `changes`, checked as a config file's system section is."""
+        return self.update_config(changes, "a change of the system config")
 
     @property
     def full(self) -> dict:
-        return self._configs
+        """Every value, as a read-only dict (a copy: changing a list in it changes nothing)."""
+        return _ReadOnly(_copy(self._configs))
 
     def __getattr__(self, key: str) -> Any:
         configs = self.__dict__.get("_configs")
         if configs is None or key not in configs:
             raise AttributeError(key)
-        return configs[key]
+        value = configs[key]
+        return _copy(value) if isinstance(value, (list, dict)) else value
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        raise AttributeError(f"the system config is read-only (setting {key}); make a "
+                             f"checked copy with system_config.replace({key}=...)")
+
+    def __delattr__(self, key: str) -> None:
+        self.__setattr__(key, None)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SystemConfig):
+            return NotImplemented
+        return (self._configs, self._root) == (other._configs, other._root)
+
+    def __hash__(self) -> int:
+        return hash((json.dumps(self._configs, sort_keys=True), self._root))
 
     def resolve(self, path: str | Path) -> Path:
         """`path` as an absolute path; relative ones are taken from the project root."""
@@ -375,6 +416,6 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
     system = SystemConfig(PROJECT_ROOT if root_dir is None else root_dir).update_config(
         _merged(content.get("system", {}), changes["system"]), where)
     if system.snapshot_name is None:
-        system.full["snapshot_name"] = name
+        system = system.replace(snapshot_name=name)
     db = check_db_config(_merged(content.get("db", {}), changes["db"]), where)
     return system, db

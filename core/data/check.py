@@ -20,7 +20,6 @@ import cv2
 import numpy as np
 import torch
 
-from ..sample import data_sampling_func
 from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
 from ..sample.render import render_targets
@@ -166,24 +165,21 @@ def across_splits(reports: dict[str, dict], hashes: dict[str, dict]) -> dict:
             "images_in_two_splits": {"count": len(shared), "examples": shared[:EXAMPLES]}}
 
 
-def training_batch(system_config: Any, db: Any, images: int) -> tuple[dict, list]:
-    """A batch of `images` built by the config's sampler with augmentation, from the start of
-    the split's order as db.rng shuffles it, and its dense targets as training renders them
-    (on the CPU). Returns (batch of numpy arrays, targets as torch tensors)."""
-    sampler = data_sampling_func[system_config.sampling_function]
-    small = type(system_config)(system_config.root_dir).update_config(
-        {**system_config.full, "batch_size": images, "chunk_sizes": None})
+def training_batch(sample: Callable, db: Any, images: int) -> tuple[dict, list]:
+    """A batch of `images` built by `sample` (`core.sample.sampler`) with augmentation, from
+    the start of the split's order as db.rng shuffles it, and its dense targets as training
+    renders them (on the CPU). Returns (batch of numpy arrays, targets as torch tensors)."""
     db.shuffle_inds()
-    batch, _ = sampler(small, db, 0, data_aug=True)
+    batch, _ = sample(db, 0, images, data_aug=True)
     tensors = {key: torch.from_numpy(value) for key, value in batch.items() if key != "meta"}
     return batch, render_targets(tensors, db.configs, db.num_classes, static=False)
 
 
-def save_batch_picture(system_config: Any, db: Any, path: Any, images: int = 4) -> None:
-    """Write `path` (a .jpg): `images` augmented training images of `db` with their boxes and
-    rendered targets (see `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled):
-    pass one of its own."""
-    batch, targets = training_batch(system_config, db, images)
+def save_batch_picture(sample: Callable, db: Any, path: Any, images: int = 4) -> None:
+    """Write `path` (a .jpg): `images` augmented training images of `db`, built by `sample`
+    (`core.sample.sampler`), with their boxes and rendered targets (see
+    `core.utils.vis.draw_batch`). `db` is changed (its order is shuffled): pass one of its own."""
+    batch, targets = training_batch(sample, db, images)
     names = [db.cls2name(cls) for cls in range(1, db.num_classes + 1)]
     encoded = cv2.imencode(".jpg", draw_batch(batch, targets, db.configs, names))[1]
     write_file_atomic(path, lambda file: file.write(encoded.tobytes()))

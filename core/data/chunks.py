@@ -14,15 +14,10 @@ which process runs it, so the data stream is the same for every P with the same 
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-
-if TYPE_CHECKING:
-    from ..config import SystemConfig
 
 
 @dataclass(frozen=True)
@@ -111,26 +106,10 @@ def global_chunks(batch_size: int, chunk_sizes: list[int] | None,
     return sizes, note
 
 
-def deal(system_config: SystemConfig, rank: int, world: int) -> Deal:
-    """This process's share: the chunks of the global batch dealt in order to `world` ranks."""
-    sizes, note = global_chunks(system_config.batch_size, system_config.chunk_sizes, world)
+def deal(batch_size: int, chunk_sizes: list[int] | None, rank: int, world: int) -> Deal:
+    """This process's share: the chunks of the global batch (system.batch_size, cut into
+    system.chunk_sizes) dealt in order to `world` ranks."""
+    sizes, note = global_chunks(batch_size, chunk_sizes, world)
     counts = even_split(len(sizes), world)
     return Deal(sizes=tuple(sizes), world=world, rank=rank, first=sum(counts[:rank]),
                 count=counts[rank], note=note)
-
-
-def with_batch_size(system_config: SystemConfig, size: int,
-                    chunks: list[int] | None = None) -> SystemConfig:
-    """A copy of the config whose batch_size is `size` (cut into `chunks`, or one chunk)."""
-    local = copy.deepcopy(system_config)
-    local.full["batch_size"] = size
-    local.full["chunk_sizes"] = chunks
-    return local
-
-
-def rank_config(system_config: SystemConfig, share: Deal) -> SystemConfig:
-    """A copy of the config whose batch_size and chunk_sizes are this process's share.
-
-    This is what the sampler sees when it builds this process's part of a batch.
-    """
-    return with_batch_size(system_config, share.local_batch, share.mine)

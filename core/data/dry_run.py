@@ -1,6 +1,7 @@
 """A data-only dry run: the training prefetch path for N batches, timed, with no model.
 
-    result = dry_run(system_config, make_db, sample, share, workers, batches)
+    result = dry_run(make_db, sample, share, workers, batches, seed=seed,
+                     prefetch_size=prefetch_size)
     print(result.report())
 
 It starts the same `Prefetcher` as train.py (training stream, augmentation on, from batch 0)
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -30,9 +31,6 @@ from ..utils.files import format_bytes
 from .chunks import Deal
 from .prefetch import Prefetcher
 from .ring import probe_batch
-
-if TYPE_CHECKING:
-    from ..config import SystemConfig
 
 PHASES = ("read", "augment", "queue")
 
@@ -63,14 +61,14 @@ class TimedSample:
         self.sample = sample
         self._last_end: float | None = None
 
-    def __call__(self, system_config: SystemConfig, db: Any, k_ind: int,
+    def __call__(self, db: Any, k_ind: int, batch_size: int,
                  data_aug: bool = True) -> tuple[dict, int]:
         if not isinstance(db.read_image, _ReadTimer):
             db.read_image = _ReadTimer(db.read_image)
         timer = db.read_image
         read_before = timer.seconds
         began = time.perf_counter()
-        batch, k_ind = self.sample(system_config, db, k_ind, data_aug=data_aug)
+        batch, k_ind = self.sample(db, k_ind, batch_size, data_aug=data_aug)
         ended = time.perf_counter()
         read = timer.seconds - read_before
         queued = 0.0 if self._last_end is None else began - self._last_end
@@ -170,25 +168,27 @@ class DryRun:
         return "\n".join(lines)
 
 
-def dry_run(system_config: SystemConfig, make_db: Callable[[], Any], sample: Callable, share: Deal,
-            workers: int, batches: int, device: torch.device | None = None) -> DryRun:
+def dry_run(make_db: Callable[[], Any], sample: Callable, share: Deal, workers: int,
+            batches: int, *, seed: int, prefetch_size: int,
+            device: torch.device | None = None) -> DryRun:
     """Take `batches` training batches through the prefetch path, as train.py builds it.
 
     Args:
-        system_config: the run's config; make_db, sample: as for `Prefetcher`.
+        make_db, sample, seed, prefetch_size: as for `Prefetcher`.
         share: this rank's chunks (`core.data.chunks.deal`); workers: prefetch processes.
         device: where batches would go (on CUDA they are staged in pinned memory).
     """
     if batches < 1:
         raise ConfigError(f"--dry-run needs at least 1 batch, got {batches}")
     db = make_db()  # the probe that sizes the ring, built as train.py builds it
-    db.set_rng(np.random.default_rng(system_config.seed))
-    probe = probe_batch(system_config, db, sample, share)
+    db.set_rng(np.random.default_rng(seed))
+    probe = probe_batch(db, sample, share)
     seconds = {phase: [0.0] * workers for phase in PHASES}
     worker_images, waits = [0] * workers, []
     began = time.perf_counter()
-    with Prefetcher(make_db, TimedSample(sample), system_config, probe, share=share,
-                    workers=workers, data_aug=True, stream="train", device=device) as data:
+    with Prefetcher(make_db, TimedSample(sample), probe, share=share, workers=workers,
+                    data_aug=True, stream="train", seed=seed, prefetch_size=prefetch_size,
+                    device=device) as data:
         for number in range(batches):
             asked = time.perf_counter()
             batch, meta = data.get()

@@ -29,7 +29,7 @@ import signal
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -37,12 +37,9 @@ import torch
 from ..errors import ConfigError, RunFailure, Stopped
 from ..utils.device import resolve_device
 from ..utils.procs import is_alive, process_identity
-from .chunks import Deal, with_batch_size
+from .chunks import Deal
 from .ring import ring_slots
 from .stream import batch_rng, stream_indices
-
-if TYPE_CHECKING:
-    from ..config import SystemConfig
 
 POLL_S = 0.2
 SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
@@ -73,7 +70,7 @@ class _PathRecorder:
         return self._read(ind)
 
 
-def _worker(make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig, share: Deal,
+def _worker(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal,
             data_aug: bool, stream: str, worker: int, workers: int, start: int,
             ring: dict[str, torch.Tensor], slots: list[int], out_queue: mp.Queue,
             free_queue: mp.Queue, stop: mp.Event, trainer: tuple[int, str]) -> None:
@@ -89,9 +86,8 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: SystemC
         recorder = _PathRecorder(db)
         db.read_image = recorder
         views = {key: tensor.numpy() for key, tensor in ring.items()}
-        seed, perms, length = system_config.seed, {}, len(db.db_inds)
+        perms, length = {}, len(db.db_inds)
         spare = min(length, SPARE)
-        chunk_configs = {n: with_batch_size(system_config, n) for n in set(share.mine)}
         offsets = share.offsets
         free = list(slots)
         number = start + (worker - start) % workers  # the first n >= start with n % W == w
@@ -113,7 +109,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, system_config: SystemC
                 own = stream_indices(seed, base + offsets[j], size, length, data_aug, perms)
                 db.db_inds = np.concatenate([own, spares])
                 db.set_rng(batch_rng(seed, stream, number, j))
-                batch, _ = sample(chunk_configs[size], db, 0, data_aug=data_aug)
+                batch, _ = sample(db, 0, size, data_aug=data_aug)
                 for key, value in _arrays(batch).items():
                     views[key][slot, local:local + size] = value
                 for key, value in batch.get("meta", {}).items():
@@ -147,23 +143,26 @@ class Prefetcher:
 
     Args:
         make_db: picklable callable returning a fresh dataset object (run in each worker).
-        sample: the sampling function, `sample(system_config, db, k_ind, data_aug)`.
-        system_config: the run's config (seed, prefetch_size); chunk sizes come from `share`.
+        sample: the sampling function, `sample(db, k_ind, batch_size, data_aug=)`
+            (`core.sample.sampler`); it is called once per chunk, with the chunk's size.
         probe: one batch of this rank's size (`share.local_batch`) built by the trainer; its
             array shapes size the shared ring.
         share: this rank's chunks of every global batch (`core.data.chunks.deal`).
+        seed: system.seed, from which every batch's images and draws follow.
+        prefetch_size: system.prefetch_size, the batches built ahead (`ring_slots`).
         start: number of the first batch to deliver (the data position to resume from).
         device: where the batches go; on CUDA they are staged in pinned memory.
     """
 
-    def __init__(self, make_db: Callable[[], Any], sample: Callable, system_config: SystemConfig,
-                 probe: dict, *, share: Deal, workers: int, data_aug: bool, stream: str,
-                 start: int = 0, device: torch.device | str | None = None) -> None:
+    def __init__(self, make_db: Callable[[], Any], sample: Callable, probe: dict, *,
+                 share: Deal, workers: int, data_aug: bool, stream: str, seed: int,
+                 prefetch_size: int, start: int = 0,
+                 device: torch.device | str | None = None) -> None:
         if workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {workers}")
         self.workers, self.next = workers, start
         self._device = resolve_device(device or "cpu")  # pin threads need cuda:<index>
-        per_worker = ring_slots(system_config.prefetch_size, workers, stream)
+        per_worker = ring_slots(prefetch_size, workers, stream)
         self._ring = {key: torch.from_numpy(np.zeros((workers * per_worker, *value.shape),
                                                      value.dtype)).share_memory_()
                       for key, value in _arrays(probe).items()}
@@ -178,7 +177,7 @@ class Prefetcher:
         self.procs = []
         for w in range(workers):
             slots = list(range(w * per_worker, (w + 1) * per_worker))
-            args = (make_db, sample, system_config, share, data_aug, stream, w, workers, start,
+            args = (make_db, sample, seed, share, data_aug, stream, w, workers, start,
                     self._ring, slots, self._out[w], self._free[w], self._stop, trainer)
             proc = ctx.Process(target=_worker, args=args, daemon=True,
                                name=f"prefetch-{stream}-{w}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable
 
-from .chunks import Deal, rank_config
+from .chunks import Deal
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
@@ -66,8 +66,9 @@ def shm_need(system_config: SystemConfig, db_config: dict, workers: int,
     return slots * per_batch
 
 
-def probe_batch(system_config: SystemConfig, db: Any, sample: Callable, share: Deal) -> dict:
-    """One batch of this process's share (`share.local_batch` images), built here as a worker
-    would build it; its arrays give the ring's slot shapes."""
-    batch, _ = sample(rank_config(system_config, share), db, 0, data_aug=True)
+def probe_batch(db: Any, sample: Callable, share: Deal) -> dict:
+    """One batch of this process's share (`share.local_batch` images), built here by
+    `sample(db, k_ind, batch_size, data_aug=)` as a worker would build it; its arrays give the
+    ring's slot shapes."""
+    batch, _ = sample(db, 0, share.local_batch, data_aug=True)
     return batch

@@ -25,7 +25,7 @@ from ..dbs import DatasetError, datasets
 from ..errors import Stopped, lookup
 from ..inference.coco_eval import require_backend
 from ..nnet.py_factory import NetworkFactory
-from ..sample import data_sampling_func
+from ..sample import sampler
 from ..utils import dist as dist_utils
 from ..utils import lock
 from ..utils.device import resolve_device
@@ -80,15 +80,16 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     A stop signal (also one caught during start-up) ends it at once: there is nothing to save."""
     stop = StopRequest(at_once=True)
     dataset = lookup(datasets, system_config.dataset, "dataset")
-    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
                                 sys_config=system_config)
     where = resolve_device(device)
     try:
         if stop():
             raise Stopped(stop.signum)
-        log(dry_run(system_config, make_db, sample, deal(system_config, rank, world),
-                    args.workers, args.dry_run, device=where).report())
+        share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
+        log(dry_run(make_db, sample, share, args.workers, args.dry_run, seed=system_config.seed,
+                    prefetch_size=system_config.prefetch_size, device=where).report())
     except Stopped as stopped:
         log(f"stopped by {stopped}: a dry run has nothing to save")
         return stop.exit_status
@@ -170,7 +171,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if system_config.val_iter and not args.initialize:
         _check_val_split(functools.partial(make_db, split=system_config.val_split),
                          system_config.val_split)
-    share = deal(system_config, rank, world)
+    share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
                           share=share)
@@ -179,9 +180,9 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
     _describe(system_config, training_db, nnet, share, world, log)
     start, resumed = _resume(args, system_config, nnet, share, rank, distributed, log)
-    sample = lookup(data_sampling_func, system_config.sampling_function, "sampling function")
+    sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))
-    probe = None if args.initialize else probe_batch(system_config, training_db, sample, share)
+    probe = None if args.initialize else probe_batch(training_db, sample, share)
     counts = resumed.get("counts", {})
     return Run(
         system_config=system_config, nnet=nnet, share=share, world=world, start=start,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -111,10 +111,11 @@ def gpu_of(local: int, visible: int) -> int:
                       f"GPU (#SBATCH --ntasks-per-node=<GPUs per node> --gpus-per-node=<same>)")
 
 
-def adopt(args: Any, task: SlurmTask) -> None:
-    """Make the command line say what SLURM decided: one process per task, this task's rank."""
-    args.distributed = True
-    args.world_size, args.rank, args.dist_url = task.world, task.rank, task.url
+def adopt(args: Any, task: SlurmTask) -> Any:
+    """The command line (frozen `Options`) saying what SLURM decided: one process per task,
+    this task's rank."""
+    return replace(args, distributed=True, world_size=task.world, rank=task.rank,
+                   dist_url=task.url)
 
 
 def placement(args: Any, local_rank: int, procs: int) -> tuple[int, int, int, str]:

@@ -1,9 +1,10 @@
 """Start the training processes of one node, run each, and end them together.
 
-`launch(args, train)` is train.py's main: it checks the run before any process starts
-(`preflight`), then runs `train` in this process, under torchrun, or in `--procs-per-node`
-spawned processes. `run_rank` is one process: it joins the process group, watches its peers,
-trains and turns a failure into one report (`core.engine.cli`).
+`launch(args, train)` is train.py's main: it freezes the command line into `Options`, checks
+the run before any process starts (`preflight`), then runs `train` in this process, under
+torchrun, or in `--procs-per-node` spawned processes. `run_rank` is one process: it joins the
+process group, watches its peers, trains and turns a failure into one report
+(`core.engine.cli`).
 
 `spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
 processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
@@ -25,17 +26,19 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import multiprocessing as mp
 import multiprocessing.connection
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 from tqdm import tqdm
 
-from ..config import load_config
+from ..config import CONFIG_DIR, load_config
 from ..errors import ConfigError
 from ..utils import dist as dist_utils
 from ..utils import lock
@@ -54,6 +57,41 @@ from .stop import RESUME_STATUS
 Train = Callable[..., int]
 
 STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """train.py's command line, frozen: what every rank is started with (it is pickled into
+    spawned ranks). The names are argparse's, so `options.workers` reads as `args.workers` did.
+    What launch settles (the device, the rendezvous, SLURM's placement) is a new `Options`
+    made with `dataclasses.replace`, never a change of the one a rank already holds."""
+
+    cfg_file: str
+    start_iter: str = "0"  # an iteration number or "latest"
+    workers: int = 4
+    initialize: bool = False
+    distributed: bool = False
+    world_size: int = -1
+    rank: int = 0  # the node's rank
+    dist_url: str | None = None
+    dist_backend: str | None = None
+    procs_per_node: int | None = None
+    dry_run: int | None = None
+    device: str | None = None
+    stop_signal: str | None = None
+    requeue: bool = False
+    config_dir: Path = CONFIG_DIR
+    overrides: tuple[str, ...] | None = None  # --set
+
+    @classmethod
+    def of(cls, args: argparse.Namespace | Options) -> Options:
+        """`args` frozen (an argparse namespace of train.py's arguments)."""
+        if isinstance(args, cls):
+            return args
+        values = vars(args)
+        if values.get("overrides") is not None:
+            values = {**values, "overrides": tuple(values["overrides"])}
+        return cls(**values)
 
 
 def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
@@ -77,6 +115,17 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
                              name=f"rank-{rank}") for rank in range(procs)]
     for proc in processes:
         proc.start()
+    previous = _forward_signals(processes)
+    try:
+        return _supervise(processes, reports, first_rank)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _forward_signals(processes: list) -> dict:
+    """Forward SIGTERM and SIGHUP to the live processes and ignore SIGINT here (the terminal
+    sends it to every process already); returns the handlers to put back."""
 
     def forward(signum: int, frame: object) -> None:
         for proc in processes:
@@ -85,37 +134,45 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
     previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return previous
+
+
+def _supervise(processes: list, reports: Any, first_rank: int) -> int:
+    """Wait for the processes; on the first failure stop the others and print its cause."""
     received: list[tuple[int, str]] = []
-    try:
-        while True:
-            # `running` is read before `failed`: a process that ends in between is seen as
-            # failed on the next pass, never missed by a loop that has already ended.
-            running = any(proc.exitcode is None for proc in processes)
-            if running:
-                multiprocessing.connection.wait(
-                    [p.sentinel for p in processes] + [reports._reader], timeout=1.0)
-            while not reports.empty():
-                received.append(reports.get())
-            failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]
-            if not failed and not running:
-                break
-            if failed:
-                for proc in processes:
-                    if proc.exitcode is None:
-                        proc.kill()
-                for proc in processes:
-                    proc.join()
-                while not reports.empty():
-                    received.append(reports.get())
-                print(flush=True)  # a killed rank 0 leaves its progress bar's line open
-                print(_cause(processes, failed, received, first_rank), file=sys.stderr,
-                      flush=True)
-                code = failed[0].exitcode
-                return code if code and code > 0 else 1
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return max((p.exitcode for p in processes), default=0)
+    while True:
+        # `running` is read before `failed`: a process that ends in between is seen as
+        # failed on the next pass, never missed by a loop that has already ended.
+        running = any(proc.exitcode is None for proc in processes)
+        if running:
+            multiprocessing.connection.wait(
+                [p.sentinel for p in processes] + [reports._reader], timeout=1.0)
+        _drain(reports, received)
+        failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]
+        if failed:
+            return _stop_all(processes, failed, reports, received, first_rank)
+        if not running:
+            return max((p.exitcode for p in processes), default=0)
+
+
+def _drain(reports: Any, received: list[tuple[int, str]]) -> None:
+    while not reports.empty():
+        received.append(reports.get())
+
+
+def _stop_all(processes: list, failed: list, reports: Any, received: list[tuple[int, str]],
+              first_rank: int) -> int:
+    """Kill every process still running, print the cause of the failure; its exit status."""
+    for proc in processes:
+        if proc.exitcode is None:
+            proc.kill()
+    for proc in processes:
+        proc.join()
+    _drain(reports, received)
+    print(flush=True)  # a killed rank 0 leaves its progress bar's line open
+    print(_cause(processes, failed, received, first_rank), file=sys.stderr, flush=True)
+    code = failed[0].exitcode
+    return code if code and code > 0 else 1
 
 
 def _cause(processes: list, failed: list, received: list[tuple[int, str]],
@@ -197,38 +254,47 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         dist_utils.cleanup()
 
 
-def launch(args: argparse.Namespace, train: Train) -> int:
+def _rendezvous(args: Options) -> Options:
+    """The nodes of a `--distributed` run checked, and the rendezvous address (a free local
+    port for a one-node run without --dist-url)."""
+    if args.world_size < 1:
+        raise ConfigError("--distributed needs --world-size (the number of nodes)")
+    if not 0 <= args.rank < args.world_size:
+        raise ConfigError(f"--rank {args.rank} is outside --world-size {args.world_size}: "
+                          f"node ranks are 0 to {args.world_size - 1}")
+    if args.dist_url is not None:
+        return args
+    if args.world_size > 1:
+        raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than one node")
+    return dataclasses.replace(args, dist_url=f"tcp://127.0.0.1:{dist_utils.free_port()}")
+
+
+def launch(args: argparse.Namespace | Options, train: Train) -> int:
     """Check the run, then train in this process, under torchrun or srun, or in spawned
-    processes."""
+    processes. `train` is given the command line as frozen `Options`."""
     stop.catch_early()  # again (train.py did it first): launch may be called from Python
+    args = Options.of(args)
     if dist_utils.launched_by_torchrun():
-        args.distributed = True  # torchrun's processes are one run, never independent copies
+        # torchrun's processes are one run, never independent copies
+        args = dataclasses.replace(args, distributed=True)
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
         check_environment()  # CORNERNET_* values, before any process or watch thread reads one
         check_args(args)
         if args.distributed and cluster.in_job_step():  # srun started this process as a rank
-            cluster.adopt(args, cluster.slurm_task())
+            args = cluster.adopt(args, cluster.slurm_task())
             preflight(args, 1, data=args.rank == 0)
             return run_rank(train, 0, 1, args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
-            args.device = str(resolve_device(args.device))  # once, here: cuda -> cuda:<current>
+            # once, here: cuda -> cuda:<current>
+            args = dataclasses.replace(args, device=str(resolve_device(args.device)))
             preflight(args, 1, data=False)
             tidy_temp()
             return run_rank(train, 0, 1, args)
-        if args.world_size < 1:
-            raise ConfigError("--distributed needs --world-size (the number of nodes)")
-        if not 0 <= args.rank < args.world_size:
-            raise ConfigError(f"--rank {args.rank} is outside --world-size {args.world_size}: "
-                              f"node ranks are 0 to {args.world_size - 1}")
+        args = _rendezvous(args)
         procs = dist_utils.procs_per_node(args.procs_per_node,
                                           gpus=distributed_kind(args.device) == "cuda")
-        if args.dist_url is None:
-            if args.world_size > 1:
-                raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than "
-                                  "one node")
-            args.dist_url = f"tcp://127.0.0.1:{dist_utils.free_port()}"
         preflight(args, procs)
         tidy_temp()
     except KeyboardInterrupt:  # a second Ctrl-C during the checks: stop now, quietly

@@ -26,7 +26,8 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
                                            overrides=getattr(args, "overrides", None))
     world = max(args.world_size, 1) * procs
-    shares = [deal(system_config, rank, world) for rank in range(world)]
+    shares = [deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
+              for rank in range(world)]
     device = resolve_device(distributed_kind(args.device) if args.distributed else args.device)
     check_runtime(system_config.amp, system_config.sync_bn, device)
     if args.distributed:

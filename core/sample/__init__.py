@@ -1,11 +1,16 @@
-"""Training-sample builders, selected by `system.sampling_function` through `data_sampling_func`.
+"""Training-sample builders, selected by `system.sampling_function`.
+
+    batch, k_ind = samplers[name](db, k_ind, batch_size, data_aug=True, strict_images=False)
+
+builds `batch_size` images from position `k_ind` of `db.db_inds` (calling `db.shuffle_inds()`
+whenever the position wraps to 0) and returns the batch and the next position. All randomness
+comes from `db.rng`. With data_aug False (validation) nothing is random: the whole image is
+resized to input_size, not flipped, and its colour only normalised. Under strict_images an
+unreadable image raises ImageReadError instead of being skipped (and named in meta["skipped"]).
+`sampler(name, strict_images)` is that function with strict_images bound, as the prefetcher
+calls it. The original's call form reads batch_size and strict_images from a SystemConfig:
 
     batch, k_ind = data_sampling_func[name](system_config, db, k_ind, data_aug=True)
-
-builds `system_config.batch_size` images from position `k_ind` of `db.db_inds` (calling
-`db.shuffle_inds()` whenever the position wraps to 0) and returns the batch and the next position.
-All randomness comes from `db.rng`. With data_aug False (validation) nothing is random: the whole
-image is resized to input_size, not flipped, and its colour only normalised.
 
 The batch (what crosses the process boundary) is a dict of fixed-shape numpy arrays plus "meta".
 B = batch_size, (H, W) = db.configs["input_size"], M = db.configs["max_objects"],
@@ -39,9 +44,25 @@ Dense targets are rendered from these records on the training device by
 `core.sample.render.render_targets`.
 """
 
-from core.sample.cornernet import cornernet
-from core.sample.cornernet_saccade import cornernet_saccade
+from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+
+from core.errors import lookup
+from core.sample.cornernet import cornernet, cornernet_batch
+from core.sample.cornernet_saccade import cornernet_saccade, cornernet_saccade_batch
+
+samplers = {"cornernet": cornernet_batch, "cornernet_saccade": cornernet_saccade_batch}
 data_sampling_func = {"cornernet": cornernet, "cornernet_saccade": cornernet_saccade}
 
-__all__ = ["cornernet", "cornernet_saccade", "data_sampling_func"]
+
+def sampler(name: str, strict_images: bool = False) -> Callable:
+    """`samplers[name]` with strict_images bound: `sample(db, k_ind, batch_size, data_aug=)`.
+    Picklable, for the prefetch workers. An unknown name lists the valid ones."""
+    build = lookup(samplers, name, "sampling function")
+    return functools.partial(build, strict_images=strict_images)
+
+
+__all__ = ["cornernet", "cornernet_batch", "cornernet_saccade", "cornernet_saccade_batch",
+           "data_sampling_func", "sampler", "samplers"]

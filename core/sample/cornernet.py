@@ -2,7 +2,8 @@
 colour jitter (the original's semantics), shipped as a compact batch (see `core.sample`).
 
 `sample_batch` is the loop both samplers share: walk db.db_inds from k_ind, shuffle on wrapping,
-skip unreadable images, and let the sampler fill one slot per image.
+skip unreadable images, and let the sampler fill one slot per image. `cornernet_batch` takes the
+values it reads; `cornernet` is the original's call form, which reads them from a SystemConfig.
 """
 
 from __future__ import annotations
@@ -49,15 +50,14 @@ def allocate(configs: dict, batch_size: int) -> dict[str, np.ndarray]:
     }
 
 
-def sample_batch(system_config: SystemConfig, db: Any, k_ind: int, extra: dict[str, np.ndarray],
-                 fill: Fill) -> tuple[dict, int]:
-    """Build `system_config.batch_size` images from position `k_ind` of `db.db_inds`.
+def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool,
+                 extra: dict[str, np.ndarray], fill: Fill) -> tuple[dict, int]:
+    """Build `batch_size` images from position `k_ind` of `db.db_inds`.
 
     Calls `db.shuffle_inds()` whenever the position wraps to 0. An image that raises ImageReadError
     is skipped and its path recorded in meta["skipped"] (re-raised under `strict_images`). Returns
     the batch (the allocated arrays, `extra`, and "meta") and the next position.
     """
-    batch_size = system_config.batch_size
     batch: dict[str, Any] = {**allocate(db.configs, batch_size), **extra}
     meta: dict[str, Any] = {"skipped": [], "dropped_objects": 0}
     db_size = db.db_inds.size
@@ -70,7 +70,7 @@ def sample_batch(system_config: SystemConfig, db: Any, k_ind: int, extra: dict[s
         try:
             image = db.read_image(db_ind)
         except ImageReadError as err:
-            if system_config.strict_images:
+            if strict_images:
                 raise
             meta["skipped"].append(str(err.path))
             failures += 1
@@ -142,9 +142,19 @@ def cornernet_view(rng: np.random.Generator, image_hw: tuple[int, int], configs:
 
 def cornernet(system_config: SystemConfig, db: Any, k_ind: int, data_aug: bool = True
               ) -> tuple[dict, int]:
-    """CornerNet / CornerNet-Squeeze batch from db.db_inds[k_ind:]; returns (batch, next k_ind).
+    """The original's call form of `cornernet_batch`: system.batch_size images, and
+    system.strict_images."""
+    return cornernet_batch(db, k_ind, system_config.batch_size, data_aug=data_aug,
+                           strict_images=system_config.strict_images)
+
+
+def cornernet_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: bool = True,
+                    strict_images: bool = False) -> tuple[dict, int]:
+    """CornerNet / CornerNet-Squeeze batch of `batch_size` images from db.db_inds[k_ind:];
+    returns (batch, next k_ind).
 
     data_aug False: whole image resized to input_size, no flip, normalisation-only colour.
+    strict_images: an unreadable image raises instead of being skipped.
     """
     configs = db.configs
     in_h, in_w = configs["input_size"]
@@ -165,4 +175,4 @@ def cornernet(system_config: SystemConfig, db: Any, k_ind: int, data_aug: bool =
             jitter = draw_color_jitter(db.rng, configs["lighting"])
         finish_image(batch, slot, db, jitter)
 
-    return sample_batch(system_config, db, k_ind, {}, fill)
+    return sample_batch(db, k_ind, batch_size, strict_images, {}, fill)

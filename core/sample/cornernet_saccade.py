@@ -99,16 +99,26 @@ def attention_cells(boxes: np.ndarray, configs: dict, slots: int) -> np.ndarray:
 
 def cornernet_saccade(system_config: SystemConfig, db: Any, k_ind: int, data_aug: bool = True
                       ) -> tuple[dict, int]:
-    """CornerNet-Saccade batch from db.db_inds[k_ind:]; returns (batch, next k_ind).
+    """The original's call form of `cornernet_saccade_batch`: system.batch_size images, and
+    system.strict_images."""
+    return cornernet_saccade_batch(db, k_ind, system_config.batch_size, data_aug=data_aug,
+                                   strict_images=system_config.strict_images)
+
+
+def cornernet_saccade_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: bool = True,
+                            strict_images: bool = False) -> tuple[dict, int]:
+    """CornerNet-Saccade batch of `batch_size` images from db.db_inds[k_ind:]; returns (batch,
+    next k_ind).
 
     data_aug False: whole image resized to input_size, no flip, normalisation-only colour.
+    strict_images: an unreadable image raises instead of being skipped.
     """
     configs = db.configs
     lengths = {key: len(configs[key]) for key in ("att_sizes", "att_ranges", "att_ratios")}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"db.att_sizes, db.att_ranges and db.att_ratios give one entry per "
                          f"attention scale and must have equal lengths, got {lengths}")
-    batch_size, slots = system_config.batch_size, configs["max_objects"]
+    slots = configs["max_objects"]
     in_w = configs["input_size"][1]
     ratio = output_ratio(configs)
     extra = {
@@ -149,4 +159,4 @@ def cornernet_saccade(system_config: SystemConfig, db: Any, k_ind: int, data_aug
         # rand_color nor lighting); so does this one, when augmenting.
         finish_image(batch, slot, db, draw_color_jitter(db.rng, True) if data_aug else None)
 
-    return sample_batch(system_config, db, k_ind, extra, fill)
+    return sample_batch(db, k_ind, batch_size, strict_images, extra, fill)
