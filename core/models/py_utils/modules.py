@@ -6,7 +6,7 @@ All tensors are NCHW float32 unless autocast says otherwise.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -234,7 +234,7 @@ def pred_mod(out_dim: int, inp_dim: int = 256, cnv_dim: int = 256, k: int = 3,
     return head
 
 
-def pred_mods(stacks: int, out_dim: int, **kwargs) -> nn.ModuleList:
+def pred_mods(stacks: int, out_dim: int, **kwargs: Any) -> nn.ModuleList:
     """One `pred_mod` per stack."""
     return nn.ModuleList([pred_mod(out_dim, **kwargs) for _ in range(stacks)])
 
@@ -303,7 +303,7 @@ class hg_net(nn.Module):
         return outs
 
     def _test(self, image: torch.Tensor, no_att: bool = False,
-              **kwargs) -> tuple | torch.Tensor:
+              **kwargs: Any) -> tuple | torch.Tensor:
         if no_att and not self.with_att:
             raise ValueError("no_att applies only to models with attention heads (Saccade)")
         outs, atts = self.last_stack(image)
@@ -315,7 +315,7 @@ class hg_net(nn.Module):
         return detections, [torch.sigmoid(a) for a in atts]
 
     def forward(self, image: torch.Tensor, test: bool = False,
-                **kwargs) -> list | tuple | torch.Tensor:
+                **kwargs: Any) -> list | tuple | torch.Tensor:
         if test:
             return self._test(image, **kwargs)
         return self._train(image, **kwargs)
