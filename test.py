@@ -32,7 +32,7 @@ from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
-from core.inference import DetectionRun, detect, score
+from core.inference import DetectionRun, detect, results_folder, score
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Journal
 from core.inference.loop import ImageResult
@@ -134,19 +134,6 @@ def official_testdev(system_config: SystemConfig, db_config: dict) -> dict:
             "annotation_files": {"testdev": str(coco_dir / "annotations" / TESTDEV_INFO)}}
 
 
-def result_folder(args: argparse.Namespace, system_config: SystemConfig, testiter: int | str,
-                  split: str) -> Path:
-    """results/<Cfg>/<iter>/<split>[/<suffix>], which must lie inside system.result_dir."""
-    out_dir = system_config.result_dir / str(testiter) / split
-    if args.suffix is not None:
-        out_dir = out_dir / args.suffix
-    root = system_config.resolve(system_config.full["result_dir"]).resolve()
-    if not out_dir.resolve().is_relative_to(root):
-        raise UsageError(f"results folder {out_dir} would lie outside system.result_dir {root}: "
-                         "use plain names for the config, split and suffix")
-    return out_dir
-
-
 def check_writable(folder: Path) -> None:
     """Create `folder` and a probe file in it, or say in one line why that is impossible."""
     try:
@@ -198,7 +185,7 @@ def main(args: argparse.Namespace) -> dict | None:
     # Everything that can fail is checked before the network is built and the long part starts.
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
-    out_dir = result_folder(args, system_config, testiter, split)
+    out_dir = results_folder(system_config, testiter, split, args.suffix)
     check_writable(out_dir)
     # Two runs on one results folder would interleave their journals: one at a time.
     lock.acquire(out_dir, print, "use another --suffix or system.result_dir")

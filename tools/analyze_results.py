@@ -34,6 +34,7 @@ from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
+from core.inference import results_folder
 from core.inference.error_analysis import (
     breakdown,
     confusion_matrix,
@@ -103,9 +104,7 @@ def main(args: argparse.Namespace) -> dict:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = args.testiter or str(system_config.max_iter)
     split = getattr(system_config, SPLITS[args.split])
-    folder = system_config.result_dir / testiter / split
-    if args.suffix:
-        folder = folder / args.suffix
+    folder = results_folder(system_config, testiter, split, args.suffix or None)
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
     for path in (summary_file, results_file):
         if not path.is_file():
