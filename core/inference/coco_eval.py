@@ -79,26 +79,13 @@ def require_backend(name: str) -> None:
     _backend(name)
 
 
-def evaluate_coco(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
-                  category_ids: Iterable[int], backend: str = "faster") -> dict[str, float]:
-    """The 12 standard COCO box metrics of `results` on `image_ids` and `category_ids`.
-
-    Args:
-        annotation_file: COCO instances json with the ground truth.
-        results: entries as `to_coco_results` makes them; may be empty.
-        image_ids, category_ids: what is evaluated (the images that were run, all classes).
-        backend: "faster" (faster-coco-eval) or "pycocotools".
-
-    Returns:
-        {name: value} for METRIC_NAMES; -1 where COCO has nothing to measure (no ground truth
-        in an area range).
-    """
-    return _summary(_cocoeval(annotation_file, results, image_ids, category_ids, backend))
-
-
 def _cocoeval(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
               category_ids: Iterable[int], backend: str) -> Any:
-    """The evaluator of `evaluate_coco`, evaluated, accumulated and summarized."""
+    """A COCO box evaluator of `results` (entries as `to_coco_results` makes them; may be
+    empty) against the ground truth of `annotation_file` on `image_ids` and `category_ids`,
+    evaluated, accumulated and summarized; `backend` is "faster" (faster-coco-eval) or
+    "pycocotools". `_summary` reads its 12 standard metrics (-1 where COCO has nothing to
+    measure)."""
     coco_cls, eval_cls = _backend(backend)
     # Both backends print while loading and evaluating; the caller prints one summary instead.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -144,7 +131,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         db: dataset with `cls2coco`, `num_classes`, `annotation_file`, `has_annotations`.
         detections: {image_id: {cls 1..C: (n, 5) [x1, y1, x2, y2, score]}} of the images run.
         out_dir: results/<Cfg>/<iter>/<split>; created if needed.
-        backend: see `evaluate_coco`; "none" writes the results file only.
+        backend: "faster" (faster-coco-eval) or "pycocotools"; "none" writes the results file
+            only.
         image_ids: every image evaluated (default: those of `detections` and `unreadable`);
             results are written in this order, and an image without detections (unreadable,
             or nothing found) counts as a miss for each of its objects.
