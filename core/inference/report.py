@@ -12,10 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..utils.files import write_file_atomic
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 IOUS = {"0.5": 0, "0.75": 5}  # IoU threshold -> index into the evaluator's ten thresholds
 RECALL = np.linspace(0.0, 1.0, 101)  # COCO's recall points
@@ -72,13 +76,13 @@ def write_report(out_dir: Path, precision: np.ndarray, names: Sequence[str],
     return written
 
 
-def _save(path: Path, figure) -> Path:
+def _save(path: Path, figure: Figure) -> Path:
     figure.tight_layout()
     write_file_atomic(path, lambda file: figure.savefig(file, format="png"))
     return path
 
 
-def _pr_figure(curves: dict):
+def _pr_figure(curves: dict) -> Figure:
     from matplotlib.figure import Figure
 
     figure = Figure(dpi=100, figsize=(12, 5.5))
@@ -98,7 +102,7 @@ def _pr_figure(curves: dict):
     return figure
 
 
-def _ap_figure(curves: dict, names: Sequence[str]):
+def _ap_figure(curves: dict, names: Sequence[str]) -> Figure:
     from matplotlib.figure import Figure
 
     rows = [(str(n), area(curves["0.5"]["per_class"][str(n)]),
@@ -116,7 +120,7 @@ def _ap_figure(curves: dict, names: Sequence[str]):
     return figure
 
 
-def _matrix_figure(matrix: np.ndarray, names: Sequence[str]):
+def _matrix_figure(matrix: np.ndarray, names: Sequence[str]) -> Figure:
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
 
