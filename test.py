@@ -10,12 +10,10 @@ interrupted run continues where it stopped when run again with the same settings
 from __future__ import annotations
 
 import argparse
-import hashlib
 import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from core.config import (
@@ -32,15 +30,14 @@ from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
-from core.inference import DetectionRun, detect, score
+from core.inference import detect, results_folder, score
 from core.inference.coco_eval import BACKENDS, require_backend
-from core.inference.journal import Journal
+from core.inference.journal import Done, Journal, snapshot_identity
 from core.inference.loop import ImageResult
+from core.inference.pictures import Pictures
 from core.inference.runtimes import add_runtime_args, open_network
 from core.nnet.checkpoint import require_snapshot
 from core.utils import lock
-from core.utils.images import ImageReadError
-from core.utils.vis import save_detections
 
 # --split: the config's roles, and COCO's test-dev as users download it.
 SPLITS = ("training", "validation", "testing", "testdev")
@@ -134,19 +131,6 @@ def official_testdev(system_config: SystemConfig, db_config: dict) -> dict:
             "annotation_files": {"testdev": str(coco_dir / "annotations" / TESTDEV_INFO)}}
 
 
-def result_folder(args: argparse.Namespace, system_config: SystemConfig, testiter: int | str,
-                  split: str) -> Path:
-    """results/<Cfg>/<iter>/<split>[/<suffix>], which must lie inside system.result_dir."""
-    out_dir = system_config.result_dir / str(testiter) / split
-    if args.suffix is not None:
-        out_dir = out_dir / args.suffix
-    root = system_config.resolve(system_config.full["result_dir"]).resolve()
-    if not out_dir.resolve().is_relative_to(root):
-        raise UsageError(f"results folder {out_dir} would lie outside system.result_dir {root}: "
-                         "use plain names for the config, split and suffix")
-    return out_dir
-
-
 def check_writable(folder: Path) -> None:
     """Create `folder` and a probe file in it, or say in one line why that is impossible."""
     try:
@@ -157,28 +141,6 @@ def check_writable(folder: Path) -> None:
     except OSError as err:
         raise UsageError(f"cannot write results to {folder}: {err.strerror or err}; make it "
                          "writable or set system.result_dir") from None
-
-
-def snapshot_identity(path: Path) -> dict:
-    """Enough to tell two snapshot files apart: size, modification time, first MiB's hash."""
-    stat = path.stat()
-    with open(path, "rb") as file:
-        head = hashlib.sha256(file.read(1 << 20)).hexdigest()
-    return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": head}
-
-
-def summary(run: DetectionRun, seconds: float, device: torch.device, evaluation: float) -> str:
-    """One line: images per second and where the time went."""
-    count = len(run.image_ids)
-    parts = [f"{name} {run.seconds[key]:.1f} s" for key, name in (
-        ("network", "network"), ("decode", "decode"), ("nms", "NMS"),
-        ("wait", "waiting for images")) if key in run.seconds]
-    overlapped = [f"{name} {run.seconds[key]:.1f} s" for key, name in (
-        ("read", "read"), ("prepare", "resize")) if key in run.seconds]
-    return (f"{count} images in {seconds:.1f} s on {device}: {count / max(seconds, 1e-9):.1f} "
-            f"images/s, {1000 * seconds / max(count, 1):.1f} ms per image; {', '.join(parts)}; "
-            f"in the reader thread {', '.join(overlapped) or 'nothing'}; "
-            f"evaluation {evaluation:.1f} s")
 
 
 def main(args: argparse.Namespace) -> dict | None:
@@ -198,7 +160,7 @@ def main(args: argparse.Namespace) -> dict | None:
     # Everything that can fail is checked before the network is built and the long part starts.
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
-    out_dir = result_folder(args, system_config, testiter, split)
+    out_dir = results_folder(system_config, testiter, split, args.suffix)
     check_writable(out_dir)
     # Two runs on one results folder would interleave their journals: one at a time.
     lock.acquire(out_dir, print, "use another --suffix or system.result_dir")
@@ -219,65 +181,22 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
-
-    nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
-                                    args.onnx, raw_weights=args.raw_weights,
-                                    precision=args.precision)
-    # OpenVINO's precision changes the results: a journal of another precision is not resumed.
-    runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
-    print(f"loading {model_file} ({runtime})")
-    print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
-
-    fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(model_file), "runtime": runtime,
-                   "split": split,
-                   "images": [db.image_id(ind) for ind in inds], "batch_size": batch_size,
-                   "device": str(nnet.device), "torch": torch.__version__,
-                   "weights": nnet.evaluated_weights}
-    journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
-                                       args.resume)
-    if note:
-        print(note)
-    # Whole batches are redone so every image is batched as in an uninterrupted run.
-    finished = next((k for k, ind in enumerate(inds) if db.image_id(ind) not in done),
-                    len(inds))
-    start_at = finished - finished % batch_size
-    vis_ids = {db.image_id(ind) for ind in inds[:args.vis]}
-
-    def draw(ind: int, image: np.ndarray, detections: dict[int, np.ndarray]) -> None:
-        save_detections(out_dir / "vis" / f"{db.image_id(ind)}.jpg", image, detections,
-                        db.cls2name, args.vis_thresh, ground_truth=_ground_truth(db, ind))
+    image_ids = [db.image_id(ind) for ind in inds]
+    nnet, journal, done = open_run(args, system_config, db, testiter, split, out_dir,
+                                   image_ids, batch_size)
+    pictures = Pictures(db, inds[:args.vis], out_dir / "vis", args.vis_thresh)
 
     def record(result: ImageResult) -> None:
         journal.record(result)
-        if result.image_id in vis_ids and result.detections is not None:
-            draw(result.ind, result.image, result.detections)
+        pictures.on_result(result)
 
     start = time.perf_counter()
-    run = detect(db, nnet, system_config, inds[start_at:], progress=True,
-                 batch_size=batch_size, on_image=record)
+    run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
+                 progress=True, batch_size=batch_size, on_image=record)
     seconds = time.perf_counter() - start
-    # The rule of --vis: the pictures of the first N images are those of the detections the
-    # results hold. An image the journal held and this run did not detect again is drawn from
-    # the journal (an earlier run may have stopped between journalling and drawing it, or
-    # drawn fewer), so a resumed run draws what an uninterrupted one would.
-    redone = set(run.image_ids)
-    for ind in inds[:args.vis]:
-        image_id = db.image_id(ind)
-        if image_id in done.detections and image_id not in redone:
-            try:
-                draw(ind, db.read_image(ind), done.detections[image_id])
-            except ImageReadError as err:
-                print(f"not drawn: {err}")
+    pictures.from_journal(done, set(run.image_ids), print)
     journal.close()
-    # What this run found overrides what the journal held for the same image.
-    detections = {image_id: dets for image_id, dets in {**done.detections,
-                                                        **run.detections}.items()
-                  if image_id not in run.unreadable}
-    unreadable = {image_id: reason for image_id, reason in {**done.unreadable,
-                                                            **run.unreadable}.items()
-                  if image_id not in run.detections}
-    image_ids = [db.image_id(ind) for ind in inds]
+    detections, unreadable = done.with_run(run)
 
     start = time.perf_counter()
     results_name = (TESTDEV_RESULTS.format(args.cfg_file) if split == "testdev"
@@ -285,18 +204,32 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
     metrics = score(db, detections, out_dir, args.backend, image_ids=image_ids,
                     unreadable=unreadable, results_name=results_name,
                     weights=nnet.evaluated_weights, class_table=True)
-    print(summary(run, seconds, nnet.device, time.perf_counter() - start))
+    print(run.summary(seconds, nnet.device, time.perf_counter() - start))
     journal.remove()
     return metrics
 
 
-def _ground_truth(db: Any, ind: int) -> dict[str, np.ndarray] | None:
-    """{class name: (n, 4) [x1, y1, x2, y2]} of an annotated image, or None."""
-    if not db.has_annotations:
-        return None
-    boxes = db.detections(ind)
-    return {db.cls2name(int(cls)): boxes[boxes[:, 4] == cls, :4]
-            for cls in set(boxes[:, 4].tolist())}
+def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
+             testiter: int | str, split: str, out_dir: Path, image_ids: list[int],
+             batch_size: int) -> tuple[Any, Journal, Done]:
+    """The network, and the journal of these settings with what it already holds."""
+    nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
+                                    args.onnx, raw_weights=args.raw_weights,
+                                    precision=args.precision)
+    # OpenVINO's precision changes the results: a journal of another precision is not resumed.
+    runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
+    print(f"loading {model_file} ({runtime})")
+    print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
+    fingerprint = {"config": {"system": system_config.full, "db": db.configs},
+                   "snapshot": snapshot_identity(model_file), "runtime": runtime,
+                   "split": split, "images": image_ids, "batch_size": batch_size,
+                   "device": str(nnet.device), "torch": torch.__version__,
+                   "weights": nnet.evaluated_weights}
+    journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
+                                       args.resume)
+    if note:
+        print(note)
+    return nnet, journal, done
 
 
 if __name__ == "__main__":

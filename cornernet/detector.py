@@ -12,13 +12,21 @@ frame, lazily.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from core.config import CONFIG_DIR, ConfigError, SystemConfig, load_config, lookup
+from core.config import (
+    CONFIG_DIR,
+    ConfigError,
+    SystemConfig,
+    load_config,
+    lookup,
+    snapshot_arg,
+)
 from core.dbs import DatasetError, datasets
 from core.dbs.detection import DETECTION
 from core.inference import test_func
@@ -28,6 +36,14 @@ from core.nnet.checkpoint import require_snapshot
 
 from .results import Result
 from .sources import frames
+
+
+def snapshot_value(snapshot: int | str) -> int | str:
+    """A snapshot named in Python as on the command line (`snapshot_arg`: 12, "12", "best")."""
+    try:
+        return snapshot_arg(str(snapshot))
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError(f"snapshot {snapshot!r}: {err}") from None
 
 
 def class_table(system_config: SystemConfig, db_config: dict,
@@ -88,7 +104,7 @@ class Detector:
         """From config `config` and its snapshot `snapshot` (an iteration, "best", default
         `system.max_iter`), as test.py finds them; `overrides` as --set."""
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
-        testiter = system_config.max_iter if snapshot is None else snapshot
+        testiter = system_config.max_iter if snapshot is None else snapshot_value(snapshot)
         path = require_snapshot(system_config, testiter, "train first or pick another")
         network = InferenceNetwork.from_file(path, system_config, db_config, device,
                                              raw_weights)

@@ -42,9 +42,7 @@ def test_parameter_counts_equal_the_original_state_dict_manifest(reference, name
 def test_flops_of_a_convolution_are_twice_its_multiply_adds():
     conv = torch.nn.Conv2d(3, 8, 3, padding=1, bias=False)
     model = torch.nn.Module()
-    model.hg = lambda image: ([conv(image)], [[]])
-    model._heads = lambda stack, cnv: [cnv]
-    model.with_att = False
+    model.last_stack = lambda image: ([conv(image)], [])
     assert forward_flops(model, (10, 12), test=True) == 2 * 8 * 10 * 12 * 3 * 9
 
 

@@ -30,6 +30,16 @@ def test_unknown_system_key_names_it_and_the_closest_valid_key():
         SystemConfig().update_config({"batchsize": 4})
 
 
+def test_config_dir_is_refused_in_one_line():
+    """system.config_dir was accepted and read nowhere (configs are found by --config-dir)."""
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config({"config_dir": "./configs"}, "configs/X.json")
+    assert str(caught.value) == ("configs/X.json: system.config_dir is not a setting here (the "
+                                 "original accepted it and never used it); remove it from the "
+                                 "config")
+    assert "config_dir" not in SystemConfig().full
+
+
 def test_key_the_original_ignored_is_rejected_with_a_reason():
     with pytest.raises(ConfigError, match="rand_full_crop is not a setting here"):
         check_db_config({"rand_full_crop": True})

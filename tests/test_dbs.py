@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import pickle
 import shutil
@@ -22,6 +21,12 @@ from core.utils.images import ImageReadError
 
 ALL_JSON = "instances_coco128.json"
 
+
+
+@pytest.fixture
+def said() -> list[str]:
+    """The lines a dataset warns with (its `log`)."""
+    return []
 
 def db_config(images: Path, annotations: Path, **extra) -> dict:
     """A db section reading `annotations` (a json file) under the split key "all"."""
@@ -134,7 +139,7 @@ def test_split_files_select_the_subset(coco128: Path, sys_config: SystemConfig):
 
 
 def test_boxes_outside_are_clipped_and_empty_ones_dropped_each_said_once(
-        coco128: Path, tmp_path: Path, sys_config: SystemConfig, caplog):
+        coco128: Path, tmp_path: Path, sys_config: SystemConfig, said):
     def edit(content):
         images = {image["id"]: image for image in content["images"]}
         for ann, bbox in zip(content["annotations"][:4], ([-5, -5, 20, 20], [600, 10, 80, 30],
@@ -145,32 +150,30 @@ def test_boxes_outside_are_clipped_and_empty_ones_dropped_each_said_once(
     path = copy_json(coco128, tmp_path, edit)
     config = db_config(coco128 / "images", path)
     for _ in range(2):  # parsed, then from the cache: each load says it once
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
-            db = COCO(config, split="all", sys_config=sys_config)
-        clipped = [r for r in caplog.records if "clipped to the image" in r.getMessage()]
-        dropped = [r for r in caplog.records if "dropped (zero" in r.getMessage()]
+        said.clear()
+        db = COCO(config, split="all", sys_config=sys_config, log=said.append)
+        clipped = [m for m in said if "clipped to the image" in m]
+        dropped = [m for m in said if "dropped (zero" in m]
         assert len(clipped) == 1 and len(dropped) == 1
-        assert "2 box(es)" in clipped[0].getMessage() and "2 box(es)" in dropped[0].getMessage()
-        assert str(path) in dropped[0].getMessage() and "annotation id" in dropped[0].getMessage()
+        assert "2 box(es)" in clipped[0] and "2 box(es)" in dropped[0]
+        assert str(path) in dropped[0] and "annotation id" in dropped[0]
     assert sum(len(db.detections(i)) for i in range(len(db))) == 939 - 10 - 2
     all_dets = np.concatenate([db.detections(i) for i in range(len(db))])
     assert all_dets[:, :2].min() >= 0
 
 
 def test_image_sizes_the_images_do_not_have_are_said_with_what_to_fix(
-        coco128: Path, tmp_path: Path, sys_config: SystemConfig, caplog):
+        coco128: Path, tmp_path: Path, sys_config: SystemConfig, said):
     def halve(content):  # annotations written for copies at half the size
         for image in content["images"]:
             image["width"], image["height"] = image["width"] // 2, image["height"] // 2
     path = copy_json(coco128, tmp_path, halve)
     for _ in range(2):  # parsed, then from the cache
-        caplog.clear()
-        with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
-            COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
-        sizes = [r.getMessage() for r in caplog.records if "but the file declares" in
-                 r.getMessage()]
-        assert len(sizes) == 3, [r.getMessage() for r in caplog.records]
+        said.clear()
+        COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config,
+             log=said.append)
+        sizes = [m for m in said if "but the file declares" in m]
+        assert len(sizes) == 3, said
         assert all(str(path) in message and "fix the image sizes" in message
                    for message in sizes)
     first = sizes[0].split("image ")[1].split(" ")[0]
@@ -334,15 +337,14 @@ def cache_file(sys_config: SystemConfig) -> Path:
     return found
 
 
-def damage_and_reload(coco128: Path, sys_config: SystemConfig, caplog, damage) -> COCO:
+def damage_and_reload(coco128: Path, sys_config: SystemConfig, said, damage) -> COCO:
     """Load once (writing the cache), `damage(cache file)`, load again; the second load's
-    warnings are left in caplog."""
+    warnings are left in `said`."""
     config = db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON)
     first = COCO(config, split="all", sys_config=sys_config)
     damage(cache_file(sys_config))
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
-        again = COCO(config, split="all", sys_config=sys_config)
+    said.clear()
+    again = COCO(config, split="all", sys_config=sys_config, log=said.append)
     assert len(again) == len(first) == 128
     np.testing.assert_array_equal(again.detections(5), first.detections(5))
     return again
@@ -374,16 +376,16 @@ def wrong_dtype(path: Path) -> None:
     wrong_dtype,
 ], ids=["truncated", "pickle", "text", "other_keys", "other_dtype"])
 def test_unreadable_cache_is_named_once_ignored_and_rebuilt(coco128: Path,
-                                                           sys_config: SystemConfig, caplog,
+                                                           sys_config: SystemConfig, said,
                                                            damage):
-    damage_and_reload(coco128, sys_config, caplog, damage)
+    damage_and_reload(coco128, sys_config, said, damage)
     path = cache_file(sys_config)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = list(said)
     assert len(warnings) == 1 and f"ignoring unreadable dataset cache {path}" in warnings[0]
-    caplog.clear()
+    said.clear()
     COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON), split="all",
-         sys_config=sys_config)  # the rebuilt cache reads without a word
-    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+         sys_config=sys_config, log=said.append)  # the rebuilt cache reads without a word
+    assert not said
 
 
 def test_cache_files_get_the_permissions_of_other_outputs(coco128: Path, tmp_path: Path):
@@ -412,14 +414,13 @@ def test_a_dead_writers_cache_temp_file_is_removed_on_rebuild(coco128: Path,
 
 
 def test_an_unwritable_cache_is_named_and_the_run_goes_on(coco128: Path, tmp_path: Path,
-                                                          caplog):
+                                                          said):
     (tmp_path / "cache").write_text("a file where the cache folder should be")
     sys_config = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
-    with caplog.at_level(logging.WARNING, logger="core.dbs.coco"):
-        db = COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON),
-                  split="all", sys_config=sys_config)
+    db = COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON),
+              split="all", sys_config=sys_config, log=said.append)
     assert len(db) == 128
-    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    (warning,) = said
     assert warning.startswith(f"cannot write the dataset cache (cannot write "
                               f"{tmp_path / 'cache' / 'dbs'}")
 

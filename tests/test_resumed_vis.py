@@ -9,6 +9,8 @@ import importlib.util
 import pytest
 from _tiny_coco import ROOT, make_tiny_coco
 
+from core.utils import vis as vis_module
+
 spec = importlib.util.spec_from_file_location("test_script", ROOT / "test.py")
 test_script = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(test_script)
@@ -24,7 +26,7 @@ def test_a_resumed_run_draws_the_pictures_the_stopped_run_journalled_but_never_d
         coco128, tmp_path, monkeypatch):
     root = make_tiny_coco(coco128, tmp_path)
     vis = root / "results" / "CocoTiny" / "0" / "val" / "vis"
-    draw = test_script.save_detections
+    draw = vis_module.save_detections
     drawn = []
 
     def stopped_on_the_second_picture(path, *args, **kwargs):
@@ -33,10 +35,10 @@ def test_a_resumed_run_draws_the_pictures_the_stopped_run_journalled_but_never_d
         drawn.append(path.name)
         return draw(path, *args, **kwargs)
 
-    monkeypatch.setattr(test_script, "save_detections", stopped_on_the_second_picture)
+    monkeypatch.setattr(vis_module, "save_detections", stopped_on_the_second_picture)
     with pytest.raises(KeyboardInterrupt):
         evaluate(root)
-    monkeypatch.setattr(test_script, "save_detections", draw)
+    monkeypatch.setattr(vis_module, "save_detections", draw)
     assert sorted(p.name for p in vis.iterdir()) == ["529.jpg"]
     journal = (root / "results" / "CocoTiny" / "0" / "val" / "partial.jsonl").read_text()
     assert journal.count("\n") == 3  # header, 529 and 531: 531 was detected, not drawn

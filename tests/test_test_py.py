@@ -1,6 +1,5 @@
 """test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
 
-import importlib.util
 import json
 import math
 import os
@@ -15,6 +14,8 @@ import pytest
 from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
 
 from core.config import load_config
+from core.errors import UsageError
+from core.inference import results_folder
 from core.inference.coco_eval import METRIC_NAMES
 
 # Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
@@ -251,15 +252,13 @@ def test_ctrl_c_twice_stops_quietly(tiny_coco):
 
 
 def test_results_never_leave_the_results_folder(tiny_coco):
-    spec = importlib.util.spec_from_file_location("test_script", ROOT / "test.py")
-    test_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(test_script)
     system_config, _ = load_config("CocoTiny", tiny_coco / "configs")
-    args = test_script.parse_args(["CocoTiny"])
-    inside = test_script.result_folder(args, system_config, 0, "val")
+    inside = results_folder(system_config, 0, "val")
     assert inside == tiny_coco / "results" / "CocoTiny" / "0" / "val"
-    with pytest.raises(test_script.UsageError, match="outside system.result_dir"):
-        test_script.result_folder(args, system_config, 0, "../../../elsewhere")
+    assert (results_folder(system_config, "best", "val", "multi")
+            == inside.parent.parent / "best" / "val" / "multi")
+    with pytest.raises(UsageError, match="outside system.result_dir"):
+        results_folder(system_config, 0, "../../../elsewhere")
 
 
 def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):

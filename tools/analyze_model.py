@@ -86,7 +86,7 @@ def format_report(report: dict) -> str:
 
 def main(args: argparse.Namespace) -> dict:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    check_input_fit(system_config.model_name, db_config["categories"], args.test_size,
+    check_input_fit(system_config.model_name, args.test_size,
                     "--test-size")
     report = analyze(system_config, db_config, tuple(args.test_size), torch.device(args.device))
     print(format_report(report))

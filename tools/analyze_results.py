@@ -29,11 +29,12 @@ if __package__ in (None, ""):  # run as a file from a checkout: the project is i
 
 import numpy as np
 
-from core.config import CONFIG_DIR, load_config, lookup
+from core.config import CONFIG_DIR, load_config, lookup, snapshot_arg
 from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
+from core.inference import results_folder
 from core.inference.error_analysis import (
     breakdown,
     confusion_matrix,
@@ -51,7 +52,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Error breakdown and confusion matrix of a "
                                                  "test.py results folder")
     parser.add_argument("cfg_file", help="config name in configs/")
-    parser.add_argument("--testiter", default=None,
+    parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best', as given to test.py "
                              "(default: system.max_iter)")
     parser.add_argument("--split", choices=list(SPLITS), default="validation")
@@ -101,11 +102,9 @@ def main(args: argparse.Namespace) -> dict:
         raise UsageError('the confusion-matrix picture needs matplotlib: pip install -e ".[plot]"'
                          ) from None
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = args.testiter or str(system_config.max_iter)
+    testiter = system_config.max_iter if args.testiter is None else args.testiter
     split = getattr(system_config, SPLITS[args.split])
-    folder = system_config.result_dir / testiter / split
-    if args.suffix:
-        folder = folder / args.suffix
+    folder = results_folder(system_config, testiter, split, args.suffix or None)
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
     for path in (summary_file, results_file):
         if not path.is_file():

@@ -91,7 +91,6 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     # directories
     "data_dir": ("./data", (str,), False),
     "cache_dir": ("./cache", (str,), False),
-    "config_dir": ("./configs", (str,), False),
     "result_dir": ("./results", (str,), False),
     # splits
     "train_split": ("training", (str,), False),
@@ -120,7 +119,7 @@ _CHOICES = {
 # Keys that the original's configs carry but its code never read. Accepting them silently would
 # hide typos; rejecting them without a word would puzzle people porting a config.
 _IGNORED_BY_ORIGINAL = {"rand_full_crop", "height_mult", "width_mult", "view_sizes", "max_scale",
-                        "score_threshold", "max_per_set", "data_aug"}
+                        "score_threshold", "max_per_set", "data_aug", "config_dir"}
 
 _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "categories": (80, (int,), False),

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import zipfile
 import zlib
@@ -28,9 +27,7 @@ from core.config import ConfigError, SystemConfig, lookup
 from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
 from core.utils.images import ImageReadError, read_image
 
-from .detection import DETECTION, DatasetError
-
-logger = logging.getLogger(__name__)
+from .detection import DETECTION, DatasetError, Log, to_stderr
 
 _KEY_OWNERS = {"data_yaml": "YOLO", "voc_root": "VOC", "names": "VOC",
                "image_dirs": "COCO", "annotation_files": "COCO"}
@@ -43,8 +40,8 @@ class COCO(DETECTION):
     """A COCO-format detection dataset; see DETECTION for the interface."""
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None) -> None:
-        super().__init__(db_config, split, sys_config)
+                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
+        super().__init__(db_config, split, sys_config, log)
         for key in self._foreign_keys:
             if self._configs[key] is not None:
                 raise ConfigError(f"db.{key} is not read by system.dataset "
@@ -89,7 +86,7 @@ class COCO(DETECTION):
         if not image_dir.is_dir():
             raise FileNotFoundError(f"image folder not found: {image_dir} (split "
                                     f"'{self._split}', annotations {annotation_file})")
-        parsed = _cached_parse(annotation_file, cache_dir)
+        parsed = _cached_parse(annotation_file, cache_dir, self.log)
         categories = parsed["category_ids"]
         if len(categories) != self._configs["categories"]:
             raise DatasetError(f"db.categories is {self._configs['categories']} but "
@@ -98,10 +95,10 @@ class COCO(DETECTION):
         if training:
             _check_trainable(parsed, annotation_file, self._split)
         for message in parsed["problems"]:
-            logger.warning(message)
+            self.log(message)
         self._load_problems += parsed["problems"]
         for message in _size_disagreements(parsed["clipped_images"], image_dir, annotation_file):
-            logger.warning(message)
+            self.log(message)
 
         self._set_classes(categories, parsed["category_names"])
         self._set_images(image_dir, parsed["file_names"], parsed["image_ids"],
@@ -145,7 +142,7 @@ def _per_image(rows: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
     return np.split(rows, np.cumsum(counts)[:-1]) if len(counts) else []
 
 
-def _cached_parse(path: Path, cache_dir: Path) -> dict:
+def _cached_parse(path: Path, cache_dir: Path, log: Log) -> dict:
     """The parsed annotation file, from `cache_dir` when the file is unchanged.
 
     A cache file that cannot be read as one of ours (truncated, another format or version) is
@@ -162,15 +159,15 @@ def _cached_parse(path: Path, cache_dir: Path) -> dict:
         try:
             return _read_cache(cache_file)
         except _UNREADABLE as err:
-            logger.warning("ignoring unreadable dataset cache %s (%s: %s); parsing %s again",
-                           cache_file, type(err).__name__, err, path)
+            log(f"ignoring unreadable dataset cache {cache_file} ({type(err).__name__}: "
+                f"{err}); parsing {path} again")
     parsed = parse_instances(raw, path)
     try:
         if cache_dir.is_dir():
             remove_stale_temp_files(cache_dir)
         _write_cache(cache_file, parsed)
     except StorageError as err:
-        logger.warning("cannot write the dataset cache (%s); going on without it", err)
+        log(f"cannot write the dataset cache ({err}); going on without it")
     return parsed
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import struct
 from pathlib import Path
 from typing import BinaryIO
@@ -28,8 +27,6 @@ from core.utils.files import StorageError, write_file_atomic
 
 from .coco import COCO
 from .detection import DatasetError
-
-logger = logging.getLogger(__name__)
 
 # Part of the cache key: bump it when a reader's output changes.
 _CONVERT_VERSION = 1
@@ -160,7 +157,7 @@ class Converted(COCO):
             raise DatasetError(f"{messages[0]}; fix the file, or set system.strict_images to "
                                f"false to leave such entries out with a warning")
         for message in messages:
-            logger.warning("%s", message)
+            self.log(message)
         self._load_problems = [f"{where}: {message}" for message in messages]
         self._load(image_dir, json_file, cache_dir, training=split == sys_config.train_split)
 

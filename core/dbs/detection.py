@@ -40,7 +40,9 @@ Evaluation: `annotation_file` (Path of the instances json, None when split is No
 
 from __future__ import annotations
 
+import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,14 @@ import numpy as np
 from core.config import SystemConfig, check_db_config
 from core.errors import UserMistake
 from core.utils.images import read_image
+
+# A callable that takes one line of text: where a dataset says what it warns about.
+Log = Callable[[str], None]
+
+
+def to_stderr(text: str) -> None:
+    """The default `log`: the line on stderr, as a script would show a warning."""
+    print(text, file=sys.stderr)
 
 
 class DatasetError(UserMistake, ValueError):
@@ -62,7 +72,9 @@ class DETECTION:
     """
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None) -> None:
+                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
+        # Where the loader's warnings go (labels left out, a dataset cache it cannot use).
+        self.log = log
         self._configs = check_db_config(db_config)
         self._split = split
 

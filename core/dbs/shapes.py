@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -26,8 +25,7 @@ import numpy as np
 from core.config import ConfigError, SystemConfig, lookup
 
 from .coco import COCO
-
-logger = logging.getLogger(__name__)
+from .detection import Log, to_stderr
 
 SHAPE_CLASSES = ("rectangle", "ellipse", "triangle", "cross")
 SPLITS = {"train": 0, "val": 1}
@@ -212,8 +210,9 @@ def _complete(root: Path, params: dict) -> bool:
                for split, n in counts.items())
 
 
-def ensure_shapes(root: Path, num_train: int, num_val: int) -> Path:
-    """Generate the set under `root` unless a complete one with these parameters is there."""
+def ensure_shapes(root: Path, num_train: int, num_val: int, log: Log = to_stderr) -> Path:
+    """Generate the set under `root` unless a complete one with these parameters is there,
+    saying so to `log`."""
     params = _params(num_train, num_val)
     if _complete(root, params):
         return root
@@ -222,8 +221,8 @@ def ensure_shapes(root: Path, num_train: int, num_val: int) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if _complete(root, params):  # another process generated it while we waited
             return root
-        logger.warning("generating the Shapes dataset (%d train, %d val images) in %s",
-                       num_train, num_val, root)
+        log(f"generating the Shapes dataset ({num_train} train, {num_val} val images) in "
+            f"{root}")
         partial = root.with_name(root.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
@@ -240,8 +239,8 @@ class Shapes(COCO):
     """The generated Shapes dataset, split keys "train" and "val"; see DETECTION."""
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None) -> None:
-        super().__init__(db_config, split, sys_config)
+                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
+        super().__init__(db_config, split, sys_config, log)
         if split is None:
             self._set_classes(list(range(1, len(SHAPE_CLASSES) + 1)), list(SHAPE_CLASSES))
 
@@ -251,5 +250,5 @@ class Shapes(COCO):
                               "db.annotation_files, or use system.dataset \"COCO\" for your own")
         lookup(SPLITS, split, "Shapes split")
         root = ensure_shapes(sys_config.data_dir / "shapes", self._configs["num_train_images"],
-                             self._configs["num_val_images"])
+                             self._configs["num_val_images"], self.log)
         return root / "images" / split, root / "annotations" / f"instances_{split}.json"

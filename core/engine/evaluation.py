@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from ..config.rules import check_decode_settings
 from ..dbs import DatasetError
-from ..inference import DetectionRun, detect, score
+from ..inference import DetectionRun, detect, results_folder, score
 from .schedule import due
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class Evaluator:
         if self.rank != 0:
             return None
         found = DetectionRun.merge(parts)
-        out_dir = self.system_config.result_dir / str(iteration) / self.system_config.val_split
+        out_dir = results_folder(self.system_config, iteration, self.system_config.val_split)
         self.last_results = out_dir
         # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
         return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],

@@ -8,6 +8,7 @@ backend it can use, sizes the model cannot take, /dev/shm for the prefetch rings
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from ..config import load_config
 from ..data.chunks import deal
@@ -50,8 +51,9 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--dry-run must be at least 1 (batches to time), got {args.dry_run}")
 
 
-def tidy_temp() -> None:
-    """Remove the temp folders multiprocessing left behind when a process of ours was killed."""
+def tidy_temp(log: Callable[[str], None] = print) -> None:
+    """Remove the temp folders multiprocessing left behind when a process of ours was killed,
+    saying so to `log`."""
     left = remove_dead_mp_folders()
     if left:
-        print(f"removed {len(left)} temp folder(s) of killed processes ({left[0].parent}/pymp-*)")
+        log(f"removed {len(left)} temp folder(s) of killed processes ({left[0].parent}/pymp-*)")

@@ -10,8 +10,9 @@ y2, score]} in image pixels. `Inference.__call__(db, nnet, image)` does both for
 from .coco_eval import score
 from .cornernet import cornernet_inference
 from .cornernet_saccade import cornernet_saccade_inference
+from .folders import results_folder
 from .loop import DetectionRun, detect
 from .registry import Inference, test_func
 
 __all__ = ["DetectionRun", "Inference", "cornernet_inference", "cornernet_saccade_inference",
-           "detect", "score", "test_func"]
+           "detect", "results_folder", "score", "test_func"]

@@ -79,26 +79,13 @@ def require_backend(name: str) -> None:
     _backend(name)
 
 
-def evaluate_coco(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
-                  category_ids: Iterable[int], backend: str = "faster") -> dict[str, float]:
-    """The 12 standard COCO box metrics of `results` on `image_ids` and `category_ids`.
-
-    Args:
-        annotation_file: COCO instances json with the ground truth.
-        results: entries as `to_coco_results` makes them; may be empty.
-        image_ids, category_ids: what is evaluated (the images that were run, all classes).
-        backend: "faster" (faster-coco-eval) or "pycocotools".
-
-    Returns:
-        {name: value} for METRIC_NAMES; -1 where COCO has nothing to measure (no ground truth
-        in an area range).
-    """
-    return _summary(_cocoeval(annotation_file, results, image_ids, category_ids, backend))
-
-
 def _cocoeval(annotation_file: str | Path, results: list[dict], image_ids: Iterable[int],
               category_ids: Iterable[int], backend: str) -> Any:
-    """The evaluator of `evaluate_coco`, evaluated, accumulated and summarized."""
+    """A COCO box evaluator of `results` (entries as `to_coco_results` makes them; may be
+    empty) against the ground truth of `annotation_file` on `image_ids` and `category_ids`,
+    evaluated, accumulated and summarized; `backend` is "faster" (faster-coco-eval) or
+    "pycocotools". `_summary` reads its 12 standard metrics (-1 where COCO has nothing to
+    measure)."""
     coco_cls, eval_cls = _backend(backend)
     # Both backends print while loading and evaluating; the caller prints one summary instead.
     with contextlib.redirect_stdout(io.StringIO()):
@@ -136,7 +123,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
           backend: str = "faster", *, image_ids: Sequence[int] | None = None,
           unreadable: Mapping[int, str] | None = None,
           results_name: str = "results.json", weights: str = "raw",
-          class_table: bool = False, report: bool = True) -> dict[str, float] | None:
+          class_table: bool = False, report: bool = True,
+          log: Callable[[str], None] = print) -> dict[str, float] | None:
     """Write the COCO results file to `out_dir` and, when the split has boxes, `metrics.json`
     (the summary, and AP and AP50 of each category under "per_class").
 
@@ -144,7 +132,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         db: dataset with `cls2coco`, `num_classes`, `annotation_file`, `has_annotations`.
         detections: {image_id: {cls 1..C: (n, 5) [x1, y1, x2, y2, score]}} of the images run.
         out_dir: results/<Cfg>/<iter>/<split>; created if needed.
-        backend: see `evaluate_coco`; "none" writes the results file only.
+        backend: "faster" (faster-coco-eval) or "pycocotools"; "none" writes the results file
+            only.
         image_ids: every image evaluated (default: those of `detections` and `unreadable`);
             results are written in this order, and an image without detections (unreadable,
             or nothing found) counts as a miss for each of its objects.
@@ -152,9 +141,11 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
             metrics.json.
         results_name: file name of the results (test-dev submissions have a fixed pattern).
         weights: which weights made the detections ("raw" or "ema"), recorded in metrics.json.
-        class_table: print the AP and AP50 of each category (all go to metrics.json).
+        class_table: report the AP and AP50 of each category (all go to metrics.json).
         report: also write the report (report.py): pr_curves.json and, with matplotlib, the
             precision-recall curves, per-class AP bars and confusion matrix pictures.
+        log: where the lines about what was written and the metrics table go (a script's
+            print by default; the benchmark passes one that drops them).
 
     Returns:
         The 12 metrics, or None for a split without boxes (test-dev) or backend "none", which
@@ -170,16 +161,16 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
     results = to_coco_results(ordered, db.cls2coco)
     result_file = out_dir / results_name
     result_file.write_text(json.dumps(results))
-    print(f"wrote {len(results)} detections of {len(ordered)} images to {result_file}")
+    log(f"wrote {len(results)} detections of {len(ordered)} images to {result_file}")
     if unreadable:
-        print(f"{len(unreadable)} of {len(image_ids)} images could not be read and are scored "
-              f"as images without detections: {_first(unreadable.values())}")
+        log(f"{len(unreadable)} of {len(image_ids)} images could not be read and are scored "
+            f"as images without detections: {_first(unreadable.values())}")
     if backend == "none" and db.has_annotations:
-        print("not scored: --backend none (no COCO evaluator asked for)")
+        log("not scored: --backend none (no COCO evaluator asked for)")
         return None
     if not db.has_annotations:
-        print("evaluation skipped: this split has no boxes (an image-info file); submit "
-              f"{result_file.name} to the COCO evaluation server")
+        log("evaluation skipped: this split has no boxes (an image-info file); submit "
+            f"{result_file.name} to the COCO evaluation server")
         return None
 
     names = {db.cls2coco(cls): db.cls2name(cls) for cls in range(1, db.num_classes + 1)}
@@ -188,8 +179,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
     classes = per_class_ap(evaluator.eval["precision"], evaluator.params.catIds,
                            [names[i] for i in evaluator.params.catIds])
     if class_table:
-        print(format_per_class(classes))
-    print(format_metrics(metrics))
+        log(format_per_class(classes))
+    log(format_metrics(metrics))
     metrics_file = out_dir / "metrics.json"
     metrics_file.write_text(json.dumps({
         "metrics": metrics, "per_class": classes, "weights": weights, "backend": backend,
@@ -197,7 +188,7 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         "unreadable_images": sorted(unreadable.values()),
         "annotation_file": str(db.annotation_file),
     }, indent=2))
-    print(f"wrote {metrics_file}")
+    log(f"wrote {metrics_file}")
     if report:
         order = evaluator.params.catIds
         matrix = None

@@ -17,6 +17,7 @@ import cv2
 import numpy as np
 import torch
 
+from ..models.fit import config_stride, output_side
 from .soft_nms import soft_nms
 from .timing import StageTimer
 
@@ -80,11 +81,11 @@ def resize_and_pad(image: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndar
             np.array([new_h, new_w], dtype=np.float32))
 
 
-def output_size(input_hw: tuple[int, int], input_size: list, out_size: list) -> tuple[int, int]:
-    """Output-map size for an input of `input_hw`, at the stride that maps the configured
-    `input_size` to `out_size` (511 -> 128 is stride 4, 511 -> 64 stride 8)."""
-    strides = [(i + 1) // o for i, o in zip(input_size, out_size)]
-    return (input_hw[0] + 1) // strides[0], (input_hw[1] + 1) // strides[1]
+def output_size(input_hw: tuple[int, int], db_configs: dict) -> tuple[int, int]:
+    """Output-map size for an input of `input_hw` by the model's size rule, at the stride of
+    the checked config (511 -> 128 is stride 4, 511 -> 64 stride 8)."""
+    stride = config_stride(db_configs)
+    return output_side(input_hw[0], stride), output_side(input_hw[1], stride)
 
 
 def flip_back(dets: np.ndarray, out_width: int) -> np.ndarray:
@@ -206,7 +207,7 @@ def prepare_cornernet(db: DETECTION, image: np.ndarray) -> list[ScaleInput]:
     inputs = []
     for scale in cfg["test_scales"]:
         canvas, border, size = resize_and_pad(image, scale)
-        out_h, out_w = output_size(canvas.shape[:2], cfg["input_size"], cfg["output_sizes"][0])
+        out_h, out_w = output_size(canvas.shape[:2], cfg)
         ratios = np.array([out_h / canvas.shape[0], out_w / canvas.shape[1]], dtype=np.float32)
         pixels = canvas[None]
         if cfg["test_flipped"]:

@@ -10,15 +10,17 @@ dropped. A journal of other settings is never continued: the run starts afresh.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
-from .loop import ImageResult
+from .loop import DetectionRun, ImageResult
 
 
 @dataclass
@@ -30,6 +32,35 @@ class Done:
 
     def __contains__(self, image_id: int) -> bool:
         return image_id in self.detections or image_id in self.unreadable
+
+    def restart_at(self, image_ids: Sequence[int], batch_size: int) -> int:
+        """Where a resumed run starts in `image_ids`: after the images done in a row from the
+        first, less the part of a batch, so that every image is batched as in an
+        uninterrupted run (whole batches are redone)."""
+        finished = next((k for k, image_id in enumerate(image_ids) if image_id not in self),
+                        len(image_ids))
+        return finished - finished % batch_size
+
+    def with_run(self, run: DetectionRun) -> tuple[dict[int, dict[int, np.ndarray]],
+                                                   dict[int, str]]:
+        """(detections, unreadable) of the journal and `run` together: what the run found
+        overrides what the journal held for the same image."""
+        detections = {image_id: dets for image_id, dets in {**self.detections,
+                                                            **run.detections}.items()
+                      if image_id not in run.unreadable}
+        unreadable = {image_id: reason for image_id, reason in {**self.unreadable,
+                                                                **run.unreadable}.items()
+                      if image_id not in run.detections}
+        return detections, unreadable
+
+
+def snapshot_identity(path: Path) -> dict:
+    """Enough to tell two snapshot files apart (for a journal's fingerprint): size,
+    modification time, first MiB's hash."""
+    stat = path.stat()
+    with open(path, "rb") as file:
+        head = hashlib.sha256(file.read(1 << 20)).hexdigest()
+    return {"file": str(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "head": head}
 
 
 class Journal:

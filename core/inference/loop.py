@@ -72,6 +72,21 @@ class DetectionRun:
     unreadable: dict[int, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
+    def summary(self, seconds: float, device: Any, evaluation: float) -> str:
+        """One line: images per second and where the time went (`seconds` of detection on
+        `device`, then `evaluation` seconds of scoring)."""
+        count = len(self.image_ids)
+        parts = [f"{name} {self.seconds[key]:.1f} s" for key, name in (
+            ("network", "network"), ("decode", "decode"), ("nms", "NMS"),
+            ("wait", "waiting for images")) if key in self.seconds]
+        overlapped = [f"{name} {self.seconds[key]:.1f} s" for key, name in (
+            ("read", "read"), ("prepare", "resize")) if key in self.seconds]
+        return (f"{count} images in {seconds:.1f} s on {device}: "
+                f"{count / max(seconds, 1e-9):.1f} images/s, "
+                f"{1000 * seconds / max(count, 1):.1f} ms per image; {', '.join(parts)}; "
+                f"in the reader thread {', '.join(overlapped) or 'nothing'}; "
+                f"evaluation {evaluation:.1f} s")
+
     @classmethod
     def merge(cls, runs: Sequence[DetectionRun]) -> DetectionRun:
         """One run from several (for example one per rank); seconds are added up."""

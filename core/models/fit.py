@@ -1,80 +1,151 @@
-"""Input and output sizes a model can take, checked on the meta device before a run starts.
+"""The size rule of a model: which input sides it takes and what map sizes it makes of them.
 
-The model's `pre` block downsamples the input by a stride and each level of its hourglass halves
-the map, so only some input sizes work and each gives one output size; a config that asks for
-another is refused here, at start, naming the sizes that fit.
+The model's `pre` block downsamples the input by a stride (each stride-2 layer rounding up) and
+each level of its hourglass halves the map and doubles it back, so only some input sizes work
+and each gives one output size. `size_rule(model)` reads the rule from the model's structure (no
+forward pass); every other place that needs a stride or a map size (the check of a config at
+start, export, inference) asks it. The test suite checks the rule against a forward pass on the
+meta device for every shipped config.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from ..errors import ConfigError
 from . import build_model
 
 
-def _meta_model(model_name: str, categories: int) -> nn.Module:
-    """The model with parameters on the meta device: shapes only, no memory, no compute."""
+def output_side(side: int, stride: int) -> int:
+    """The output map's side for an input side: `pre` divides by `stride`, rounding up at each
+    stride-2 layer (which is rounding up once), and the hourglass gives back what it takes."""
+    return -(-side // stride)
+
+
+@dataclass(frozen=True)
+class SizeRule:
+    """`stride`: what `pre` divides a side by (rounding up); `levels`: how often the hourglass
+    halves it; `att_levels`: which levels of the last hourglass (0 = innermost) the attention
+    maps read, empty without attention heads."""
+
+    stride: int
+    levels: int
+    att_levels: tuple[int, ...] = ()
+
+    @property
+    def multiple(self) -> int:
+        """A side H fits when it lies in (j*multiple - stride, j*multiple] for some j >= 1."""
+        return self.stride * 2 ** self.levels
+
+    def output(self, side: int) -> int:
+        """The output map's side for an input side (the corner heads' resolution)."""
+        return output_side(side, self.stride)
+
+    def fits(self, side: int) -> bool:
+        """Whether the network takes an input side."""
+        return side >= 1 and self.output(side) % 2 ** self.levels == 0
+
+    def output_size(self, size: tuple[int, int] | list[int]) -> list[int]:
+        """[height, width] of the output maps for an input [height, width]."""
+        return [self.output(side) for side in size]
+
+    def att_sizes(self, size: tuple[int, int] | list[int]) -> list[list[int]]:
+        """[height, width] of each attention map, innermost first, for an input size."""
+        return [[self.output(side) >> (self.levels - 1 - level) for side in size]
+                for level in self.att_levels]
+
+    def nearest(self, side: int) -> list[int]:
+        """The fitting sides nearest `side`, one below and one above, in the original's form
+        (511 for 128 output cells of stride 4)."""
+        cells = 2 ** self.levels
+        below = max(cells, (self.output(max(side, 1)) // cells) * cells)
+        return sorted({below * self.stride - 1, (below + cells) * self.stride - 1})
+
+    def describe(self) -> str:
+        """The sides that fit, in words, for error messages."""
+        multiple, stride = self.multiple, self.stride
+        first = ", ".join(f"{j * multiple - stride + 1}..{j * multiple}" for j in (1, 2, 3, 4))
+        return f"sides in {first}, ... (j*{multiple}-{stride - 1} to j*{multiple})"
+
+    def as_meta(self) -> dict[str, int]:
+        """The form an exported file records: {"stride": s, "multiple": m}."""
+        return {"stride": self.stride, "multiple": self.multiple}
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, int]) -> SizeRule:
+        """The rule an exported file recorded with `as_meta`."""
+        return cls(meta["stride"], round(math.log2(meta["multiple"] // meta["stride"])))
+
+
+def _block_stride(block: nn.Module) -> int:
+    """A block of `pre` downsamples by its largest convolution stride (a projection's stride,
+    where there is one, is the main path's)."""
+    return max((conv.stride[0] for conv in block.modules() if isinstance(conv, nn.Conv2d)),
+               default=1)
+
+
+def size_rule(model: nn.Module) -> SizeRule:
+    """The size rule of an `hg_net` model, read from its structure."""
+    stride = math.prod(_block_stride(block) for block in model.hg.pre.children())
+    levels = model.hg.hgs[0].n
+    att_levels: tuple[int, ...] = ()
+    if model.with_att:
+        att_levels = tuple(range(model.up_start, model.up_start + len(model.att_modules[-1])))
+    return SizeRule(stride, levels, att_levels)
+
+
+@functools.cache
+def model_size_rule(model_name: str) -> SizeRule:
+    """The size rule of the model `model_name` (built once, on the meta device: no memory, no
+    forward pass); an unknown name lists the valid ones."""
+    import torch
+
     with torch.device("meta"):
-        return build_model(model_name, categories)
+        return size_rule(build_model(model_name, categories=1))
 
 
-def _fitting_input(size: int, stride: int, multiple: int) -> list[int]:
-    """The input sizes nearest `size`, one below and one above, that the model can take,
-    in the original's form (511 for 128 output cells of stride 4)."""
-    below = max(multiple, (math.ceil(size / stride) // multiple) * multiple)
-    return sorted({below * stride - 1, (below + multiple) * stride - 1})
-
-
-def check_input_fit(model_name: str, categories: int, size: tuple[int, int] | list[int],
-                    what: str = "db.input_size") -> tuple[nn.Module, int]:
+def check_input_fit(model_name: str, size: tuple[int, int] | list[int],
+                    what: str = "db.input_size") -> SizeRule:
     """Refuse an input (height, width) the model `model_name` cannot take, naming it `what`
-    and the nearest sides that fit (see `check_model_fit`); returns the meta-device model and
-    its stride."""
-    height, width = size
-    model = _meta_model(model_name, categories)
-    with torch.no_grad():
-        levels = model.hg.hgs[0].n
-        multiple, probe = 2 ** levels, 2 ** (levels + 5)
-        stride = probe // model.hg.pre(torch.empty(1, 3, probe, probe, device="meta")).shape[-1]
-        for side, name in ((height, "height"), (width, "width")):
-            if side < 1 or math.ceil(side / stride) % multiple:
-                raise ConfigError(
-                    f"{what} {name} {side} does not fit model {model_name}: it "
-                    f"downsamples by {stride} and then halves {levels} times, so "
-                    f"input / {stride} (rounded up) must be a multiple of {multiple}; use "
-                    f"{' or '.join(map(str, _fitting_input(max(side, 1), stride, multiple)))}")
-    return model, stride
+    and the nearest sides that fit; returns the model's size rule."""
+    rule = model_size_rule(model_name)
+    for side, name in zip(size, ("height", "width")):
+        if not rule.fits(side):
+            raise ConfigError(
+                f"{what} {name} {side} does not fit model {model_name}: it "
+                f"downsamples by {rule.stride} and then halves {rule.levels} times, so "
+                f"input / {rule.stride} (rounded up) must be a multiple of "
+                f"{2 ** rule.levels}; use {' or '.join(map(str, rule.nearest(side)))}")
+    return rule
 
 
 def check_model_fit(model_name: str, db_configs: dict) -> None:
     """Refuse input and output sizes the model `model_name` cannot produce.
 
-    The model's `pre` block downsamples the input by a stride (4 in CornerNet: 511 -> 128;
-    8 in Squeeze: 511 -> 64) and each of its hourglass's levels halves the map, so
-    input_size / stride (rounded up) must be a multiple of 2 ** levels; db.output_sizes[0]
-    must then be that map's size, and for attention models db.att_sizes the attention maps'.
-    Sizes are found by running the model on the meta device (about a second, no memory).
+    db.input_size must fit the model's size rule (4 in CornerNet: 511 -> 128; 8 in Squeeze:
+    511 -> 64), db.output_sizes[0] must be the map it makes of that input, and for attention
+    models db.att_sizes the attention maps'.
     """
-    height, width = db_configs["input_size"]
-    model, stride = check_input_fit(model_name, db_configs["categories"], (height, width))
-    with torch.no_grad():
-        try:
-            cnvs, merges = model.hg(torch.empty(1, 3, height, width, device="meta"))
-        except RuntimeError as err:
-            raise ConfigError(f"db.input_size {[height, width]} does not fit model "
-                              f"{model_name}: {err}") from None
-    produced = list(cnvs[-1].shape[-2:])
+    size = db_configs["input_size"]
+    rule = check_input_fit(model_name, size)
+    produced = rule.output_size(size)
     if db_configs["output_sizes"][0] != produced:
         raise ConfigError(f"db.output_sizes[0] is {db_configs['output_sizes'][0]} but model "
-                          f"{model_name} turns input_size {[height, width]} into {produced} "
-                          f"(stride {stride}); set db.output_sizes to {[produced]}")
-    if model.with_att:
-        atts = [list(level.shape[-2:]) for level in merges[-1][model.up_start:]]
+                          f"{model_name} turns input_size {list(size)} into {produced} "
+                          f"(stride {rule.stride}); set db.output_sizes to {[produced]}")
+    if rule.att_levels:
+        atts = rule.att_sizes(size)
         if db_configs["att_sizes"] != atts:
             raise ConfigError(f"db.att_sizes is {db_configs['att_sizes']} but model "
                               f"{model_name} makes attention maps of {atts} for input_size "
-                              f"{[height, width]}; set db.att_sizes to {atts}")
+                              f"{list(size)}; set db.att_sizes to {atts}")
+
+
+def config_stride(db_configs: dict) -> int:
+    """The stride a checked config implies (`check_model_fit` makes db.output_sizes[0] the
+    model's output for db.input_size), for code that has the config but not the model."""
+    return output_side(db_configs["input_size"][0], db_configs["output_sizes"][0][0])

@@ -11,7 +11,7 @@ snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and lo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -103,10 +103,12 @@ def check_fits(snapshot: dict, current: dict, path: Path) -> None:
         raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
 
 
-def load_pretrained(model: nn.Module, path: Path) -> list[str]:
+def load_pretrained(model: nn.Module, path: Path,
+                    log: Callable[[str], None] = print) -> list[str]:
     """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
 
-    Entries whose shape differs (a head for another class count) are skipped and named.
+    Entries whose shape differs (a head for another class count) are skipped and named in one
+    line to `log`.
     """
     if not path.is_file():
         raise FileNotFoundError(f"system.pretrain: {path} does not exist")
@@ -117,7 +119,7 @@ def load_pretrained(model: nn.Module, path: Path) -> list[str]:
     skipped = sorted(set(loaded) - set(usable)) + sorted(set(own) - set(loaded))
     model.load_state_dict(usable, strict=False)
     if skipped:
-        print(f"pretrained {path.name}: {len(usable)} entries loaded, {len(skipped)} skipped "
+        log(f"pretrained {path.name}: {len(usable)} entries loaded, {len(skipped)} skipped "
               f"(missing or other shape): {', '.join(skipped[:8])}"
               f"{' ...' if len(skipped) > 8 else ''}")
     return skipped

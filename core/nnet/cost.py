@@ -33,11 +33,8 @@ def parameter_counts(model: nn.Module) -> dict[str, Any]:
 def _test_network(model: nn.Module, image: torch.Tensor) -> list[torch.Tensor]:
     """The network part of the test path (decoding left out): backbone, last stack's heads,
     and the attention maps of that stack if the model has them."""
-    cnvs, merges = model.hg(image)
-    outs = model._heads(len(cnvs) - 1, cnvs[-1])
-    if model.with_att:
-        outs += model._atts(len(cnvs) - 1, merges[-1])
-    return outs
+    heads, atts = model.last_stack(image)
+    return [*heads, *atts]
 
 
 def forward_flops(model: nn.Module, size: tuple[int, int], test: bool) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.models import strip_module_prefix
+from core.models import fit, strip_module_prefix
 from core.models.py_utils.corner_pool import (
     BottomPool,
     LeftPool,
@@ -90,13 +90,8 @@ class DeployGraph(nn.Module):
         self.eval()
 
     def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        model = self.model
-        cnvs, merges = model.hg(image)
-        heads = model._heads(len(cnvs) - 1, cnvs[-1])
+        heads, atts = self.model.last_stack(image)
         detections = decode(*heads, corners=dense_peak_topk, **self.decode_kwargs)
-        if not model.with_att:
-            return (detections,)
-        atts = model._atts(len(cnvs) - 1, merges[-1])
         return (detections, *[att.sigmoid() for att in atts])
 
 
@@ -107,32 +102,19 @@ def output_names(model: nn.Module) -> list[str]:
 
 
 def size_rule(model: nn.Module) -> dict[str, int]:
-    """Which input sides the network takes: {"stride": s, "multiple": m}.
-
-    `pre` divides a side by s (each stride-2 layer rounding up) and the hourglass halves it
-    `levels` times, so a side H fits when ceil(H / s) is a multiple of 2**levels, that is when
-    H lies in (j*m - s, j*m] for some j >= 1, with m = s * 2**levels.
-    """
-    probe = 64
-    with torch.no_grad():
-        was_training = model.training
-        model.eval()
-        out = model.hg.pre(torch.zeros(1, 3, probe, probe))
-        model.train(was_training)
-    stride = probe // out.shape[-1]
-    return {"stride": stride, "multiple": stride * 2 ** model.hg.hgs[0].n}
+    """The model's size rule (`core.models.fit.size_rule`) in the form an exported file
+    records: {"stride": s, "multiple": m}; a side H fits when it lies in (j*m - s, j*m]."""
+    return fit.size_rule(model).as_meta()
 
 
 def fits(side: int, rule: dict[str, int]) -> bool:
-    """Whether an input side fits the network (see `size_rule`)."""
-    return side >= 1 and -(-side // rule["stride"]) % (rule["multiple"] // rule["stride"]) == 0
+    """Whether an input side fits the network whose recorded rule is `rule`."""
+    return fit.SizeRule.from_meta(rule).fits(side)
 
 
 def describe_sizes(rule: dict[str, int]) -> str:
-    """The sides that fit, in words, for error messages."""
-    multiple, stride = rule["multiple"], rule["stride"]
-    first = ", ".join(f"{j * multiple - stride + 1}..{j * multiple}" for j in (1, 2, 3, 4))
-    return f"sides in {first}, ... (j*{multiple}-{stride - 1} to j*{multiple})"
+    """The sides that fit a recorded rule, in words, for error messages."""
+    return fit.SizeRule.from_meta(rule).describe()
 
 
 def weights_digest(state: Mapping[str, torch.Tensor]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -320,10 +320,11 @@ class NetworkFactory:
         self.load_state_dict(snapshot, model_only, source=path)
         return snapshot if checkpoint.is_ours(snapshot) else {"iteration": iteration}
 
-    def load_pretrained_params(self, path: str | Path) -> list[str]:
-        """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
-        A weight average restarts from them."""
-        skipped = checkpoint.load_pretrained(self.model, Path(path))
+    def load_pretrained_params(self, path: str | Path,
+                               log: Callable[[str], None] = print) -> list[str]:
+        """Starting weights from a plain state dict or a snapshot; returns the skipped keys
+        (named in one line to `log`). A weight average restarts from them."""
+        skipped = checkpoint.load_pretrained(self.model, Path(path), log)
         if self.ema is not None:
             self.ema.restart(self.model)
         return skipped

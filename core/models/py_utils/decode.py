@@ -283,7 +283,7 @@ def decode(
         output-map coordinates, `cls` 0-based, sorted by score; rejected pairs have score -1.
     """
     batch, channels, height, width = tl_heat.shape
-    if not torch.compiler.is_exporting() and (K > channels * height * width or num_dets > K * K):
+    if not torch.compiler.is_exporting() and (channels * height * width < K or num_dets > K * K):
         raise ValueError(
             f"decode needs K <= C*H*W = {channels * height * width} and num_dets <= K*K; "
             f"got K={K}, num_dets={num_dets}: lower top_k or num_dets in the config"

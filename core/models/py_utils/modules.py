@@ -285,6 +285,15 @@ class hg_net(nn.Module):
     def _atts(self, stack: int, levels: list[torch.Tensor]) -> list[torch.Tensor]:
         return [att(lvl) for att, lvl in zip(self.att_modules[stack], levels[self.up_start:])]
 
+    def last_stack(self, image: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The raw maps of the last stack, which the test path decodes: ([tl_heat, br_heat,
+        tl_tag, br_tag, tl_off, br_off], attention maps innermost first (empty without
+        attention heads)), all logits."""
+        cnvs, merges = self.hg(image)
+        last = len(cnvs) - 1
+        heads = self._heads(last, cnvs[-1])
+        return heads, self._atts(last, merges[-1]) if self.with_att else []
+
     def _train(self, image: torch.Tensor) -> list[list]:
         cnvs, merges = self.hg(image)
         per_stack = [self._heads(s, cnv) for s, cnv in enumerate(cnvs)]
@@ -297,15 +306,13 @@ class hg_net(nn.Module):
               **kwargs: Any) -> tuple | torch.Tensor:
         if no_att and not self.with_att:
             raise ValueError("no_att applies only to models with attention heads (Saccade)")
-        cnvs, merges = self.hg(image)
-        outs = self._heads(len(cnvs) - 1, cnvs[-1])
+        outs, atts = self.last_stack(image)
         detections = decode(*outs, **kwargs)
         if not self.with_att:
             return (detections, *outs[:4])
         if no_att:
             return detections
-        atts = [torch.sigmoid(a) for a in self._atts(len(cnvs) - 1, merges[-1])]
-        return detections, atts
+        return detections, [torch.sigmoid(a) for a in atts]
 
     def forward(self, image: torch.Tensor, test: bool = False,
                 **kwargs: Any) -> list | tuple | torch.Tensor:
