@@ -188,7 +188,7 @@ class Run:
             return {}
         self.saver.evaluated(iteration, found["AP"])
         return {**{k: found[k] for k in EVAL_KEYS}, **self.best.values(),
-                "eval_weights": self.nnet.evaluated_weights}
+                "eval_weights": self.evaluate.weights}
 
     def agree(self, iteration: int) -> list[bool]:
         """(stop, a snapshot by the clock, patience spent, the deadline near), the same on
