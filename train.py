@@ -104,14 +104,15 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         try:
             for it in bar:
                 nnet.set_lr(lr := learning_rate_at(it, config))
-                result = run.step(run.take(train_data), it)  # None: a skipped step
+                # the step: one host sync inside (is the loss finite?); None: a skipped step
+                result = run.step(run.take(train_data), it)
                 run.iteration = it
-                # host sync on display iterations: the loss and gradient norm are read
+                # host sync on display iterations: the loss and the gradient norm are read
                 if result is not None and due(it, config.display):
                     metrics.put(**run.display_values(result, lr))
                     log(display_line(it, metrics.pending))
                 if val_data is not None and due(it, config.val_iter):
-                    metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))
+                    metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))  # host sync
                     log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
                 if run.evaluate.due(it):
                     metrics.put(**run.evaluated(it))
