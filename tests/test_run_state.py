@@ -70,15 +70,19 @@ def test_data_position_loads_the_position_and_keeps_this_runs_dealing():
     position.taken()
     assert position.state_dict() == {"next_batch": 8, "world_size": 2, "batch_size": 4,
                                      "chunks": [2, 2]}
-    assert said == ["note: snapshot 7 was trained with the chunks [4], this run uses [2, 2]: the "
-                    "data and the objective after it differ from an uninterrupted run"]
+    assert said == [("note: snapshot 7 was trained with the chunks [4], this run uses [2, 2]: "
+                     "the data and the objective after it differ from an uninterrupted run")]
     said.clear()
     position.load_state_dict({"next_batch": 3, "chunks": [2, 2]})
     assert position.next_batch == 3 and not said
 
 
-def loop_run(nnet, tmp_path, start: int = 0, sizes: tuple[int, ...] = (4,)) -> Run:
-    log = lambda line: None  # noqa: E731
+def quiet(line: str) -> None:
+    pass
+
+
+def loop_run(nnet, start: int = 0, sizes: tuple[int, ...] = (4,)) -> Run:
+    log = quiet
     return Run(system_config=nnet.system_config, nnet=nnet, share=share(*sizes), rank=0,
                distributed=False, start=start, workers=1, sample=None, probe=None,
                make_train_db=None, make_val_db=None,
@@ -94,7 +98,7 @@ def db(coco128, tmp_path_factory):
 
 
 def test_an_old_snapshots_loop_state_goes_to_each_part(tmp_path, db):
-    run = loop_run(factory(tmp_path, db, **SYSTEM), tmp_path, start=2)
+    run = loop_run(factory(tmp_path, db, **SYSTEM), start=2)
     run.load_state_dict(LOOP_STATE)
     assert run.best.record == {"iteration": 2, "AP": 0.125}
     assert run.speed.elapsed() >= 12.5 and run.step.skipped == 0
@@ -109,7 +113,7 @@ def test_an_old_snapshots_loop_state_goes_to_each_part(tmp_path, db):
 def test_a_saver_snapshot_has_the_old_layout_and_resumes_every_part(tmp_path, db):
     nnet = factory(tmp_path, db, **SYSTEM)
     nnet.train(batch_of(db, 4))
-    run = loop_run(nnet, tmp_path)
+    run = loop_run(nnet)
     run.counts.add({"skipped": ["x.jpg"], "dropped_objects": 2})
     run.step.skipped = 3
     for _ in range(5):
@@ -124,7 +128,7 @@ def test_a_saver_snapshot_has_the_old_layout_and_resumes_every_part(tmp_path, db
     best = torch.load(run.best.path, weights_only=True)
     assert best["best"] == {"iteration": 5, "AP": 0.5} and best["iteration"] == 5
 
-    resumed = loop_run(factory(tmp_path, db, seed=3, **SYSTEM), tmp_path, start=5)
+    resumed = loop_run(factory(tmp_path, db, seed=3, **SYSTEM), start=5)
     resumed.load_state_dict(written)
     assert resumed.state_dict()["counts"] == written["counts"]
     assert resumed.state_dict()["data"] == written["data"]
