@@ -34,9 +34,10 @@ from core.dbs import DatasetError, datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.inference.network import InferenceNetwork
 from core.inference.onnx_runtime import OnnxNetwork, onnx_file
 from core.inference.openvino_runtime import openvino, write_openvino_ir
-from core.nnet.checkpoint import require_snapshot
+from core.nnet.checkpoint import plain, read_snapshot, require_snapshot
 from core.nnet.export import (
     DEFAULT_MAX_MAP,
     DeployGraph,
@@ -48,7 +49,6 @@ from core.nnet.export import (
     size_rule,
     weights_digest,
 )
-from core.nnet.py_factory import NetworkFactory
 from core.utils.files import (
     check_free_disk,
     probe_writable,
@@ -126,20 +126,19 @@ def main(args: argparse.Namespace) -> Path:
         openvino()  # one line now when it is missing, not after the minutes of export
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
-    require_snapshot(system_config, testiter, "train first or pick --testiter")
+    path = require_snapshot(system_config, testiter, "train first or pick --testiter")
     dataset = lookup(datasets, system_config.dataset, "dataset")
     try:
         db = dataset(db_config, split=system_config.val_split, sys_config=system_config)
     except (FileNotFoundError, ConfigError, DatasetError):
         db = dataset(db_config, split=None, sys_config=system_config)  # then --image is needed
     out = args.out or onnx_file(system_config, testiter)
-    nnet = NetworkFactory(system_config, db, device="cpu")
-    check_out(out, sum(p.numel() for p in nnet.model.parameters()))
-    snapshot = nnet.load_params(testiter, model_only=True)
-    nnet.use_ema = not args.raw_weights
-    nnet.eval_mode()
+    network = InferenceNetwork(system_config, db.configs, device="cpu")
+    model = network.model
+    check_out(out, sum(p.numel() for p in model.parameters()))
     # The weights test.py evaluates: their average when the snapshot holds one (ema_decay).
-    model = nnet.ema.module if nnet.evaluated_weights == "ema" else nnet.model
+    snapshot = read_snapshot(path)
+    network.load(snapshot, path, raw_weights=args.raw_weights)
     settings = decode_kwargs(db.configs)
     if model.with_att:
         settings["no_border"] = True  # the saccade loop decodes every crop so
@@ -149,7 +148,7 @@ def main(args: argparse.Namespace) -> Path:
     canvas = resize_and_pad(image, db.configs["test_scales"][0])[0]
     batch = network_input(np.stack((canvas, cv2.flip(canvas, 1))), db.mean, db.std, "cpu")
     batch = batch.contiguous()
-    reference = _outputs(nnet.test(batch, **settings), model.with_att)
+    reference = _outputs(network.test(batch, **settings), model.with_att)
 
     rule = size_rule(model)
     graph = DeployGraph(model, settings, args.max_map)
@@ -157,8 +156,9 @@ def main(args: argparse.Namespace) -> Path:
     max_side = args.max_map * rule["stride"]
     meta = metadata(args.cfg_file, str(system_config.model or args.cfg_file),
                     int(db.configs["categories"]), settings, rule, output_names(model),
-                    int(snapshot.get("iteration", testiter)), nnet.evaluated_weights,
-                    weights_digest(model.state_dict()), max_side, nnet.config_record())
+                    int(snapshot.get("iteration", testiter)), network.evaluated_weights,
+                    weights_digest(model.state_dict()), max_side,
+                    {"system": plain(system_config.full), "db": plain(db.configs)})
     start = time.perf_counter()
     try:
         content, names = export_onnx(graph, example, args.opset, meta, max_side)
@@ -187,7 +187,7 @@ def main(args: argparse.Namespace) -> Path:
         raise RuntimeError(f"the export does not reproduce torch: {report.get('error', report)}; "
                            f"{out} was not written (a previous file there is unchanged)")
     write_file_atomic(out, lambda file: file.write(content))
-    print(f"wrote {out} ({nnet.evaluated_weights} weights of iteration {meta['iteration']})")
+    print(f"wrote {out} ({network.evaluated_weights} weights of iteration {meta['iteration']})")
     if args.openvino:
         print(f"wrote {write_openvino_ir(out)} (OpenVINO IR, float32)")
     return out

@@ -1,5 +1,6 @@
-"""Building one rank's training run: its share of the batch, its network (resumed, pretrained
-or new), the data sources, the probe batch, and the bookkeeping the loop carries.
+"""Building one rank's training run (`run.Run`): its share of the batch, its network (resumed,
+pretrained or new), the data sources, the probe batch, and the parts the loop carries, each
+loaded from the snapshot resumed.
 
 `build` checks what it touches as it goes (an unwritable or full cache, a missing evaluator, a
 snapshot of another config) so that these are found before the first iteration, not at the first
@@ -11,13 +12,13 @@ from __future__ import annotations
 import argparse
 import functools
 import pprint
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
 from ..config import SystemConfig
+from ..data.check import save_batch_picture
 from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
 from ..data.ring import probe_batch
@@ -33,45 +34,14 @@ from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_fil
 from . import snapshots
 from .evaluation import Evaluator
 from .metrics import DataCounts, Throughput
+from .run import DataPosition, Run
 from .steps import TrainStep
-from .stop import StopRequest
+from .stop import StopRequest, stop_request
 
 if TYPE_CHECKING:
     from ..dbs.detection import DETECTION
 
 Log = Callable[[str], None]
-
-
-@dataclass
-class Run:
-    """What the training loop of one rank works with.
-
-    `start` is the iteration resumed from (0: a fresh start); `probe` is one batch of this
-    rank's share (None with --initialize), whose shapes size the prefetch ring.
-    """
-
-    system_config: SystemConfig
-    nnet: NetworkFactory
-    share: Deal
-    world: int
-    start: int
-    sample: Callable
-    probe: dict | None
-    make_train_db: Callable[[], Any]
-    make_val_db: Callable[[], Any]
-    best: snapshots.Best
-    evaluate: Evaluator
-    step: TrainStep
-    counts: DataCounts
-    speed: Throughput
-
-    def state(self, iteration: int) -> dict:
-        """The training state a snapshot of `iteration` stores beside the weights."""
-        return {"best": self.best.record, "time": self.speed.elapsed(),
-                "counts": {**self.counts.values(), "skipped_steps": self.step.skipped},
-                "data": {"next_batch": iteration, "world_size": self.world,
-                         "batch_size": self.system_config.batch_size,
-                         "chunks": list(self.share.sizes)}}
 
 
 def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
@@ -135,19 +105,14 @@ def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: Network
 
 
 def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: NetworkFactory,
-            share: Deal, rank: int, distributed: bool, log: Log) -> tuple[int, dict]:
+            rank: int, distributed: bool, log: Log) -> tuple[int, dict]:
     """(the iteration resumed from, its snapshot), or (0, {}) for a fresh start, which loads
-    `system.pretrain` when set."""
+    `system.pretrain` when set. The network is loaded here; the loop's parts by `Run`."""
     start = int(args.start_iter) if args.start_iter != "latest" else dist_utils.from_rank0(
         snapshots.latest(system_config, log) if rank == 0 else None, distributed)
     resumed: dict = {}
     if start:
         resumed = nnet.load_params(start)
-        before = resumed.get("data", {}).get("chunks", list(share.sizes))
-        if before != list(share.sizes):
-            log(f"note: snapshot {start} was trained with the chunks {before}, this run uses "
-                f"{list(share.sizes)}: the data and the objective after it differ from an "
-                f"uninterrupted run")
         log(f"continuing from snapshot {start}")
     elif system_config.pretrain and not args.initialize:
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
@@ -158,7 +123,9 @@ def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: Network
 
 def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
           world: int, device: torch.device | str | None, distributed: bool, log: Log) -> Run:
-    """This rank's run, resumed from `args.start_iter` when it names a snapshot."""
+    """This rank's run, resumed from `args.start_iter` when it names a snapshot. Its stop
+    request is made first: it takes over a stop asked during start-up."""
+    stop = stop_request(args, system_config)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     make_db = functools.partial(dataset, db_config, sys_config=system_config)
     if rank == 0:
@@ -179,17 +146,23 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
     _describe(system_config, training_db, nnet, share, world, log)
-    start, resumed = _resume(args, system_config, nnet, share, rank, distributed, log)
+    start, resumed = _resume(args, system_config, nnet, rank, distributed, log)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe = None if args.initialize else probe_batch(training_db, sample, share)
-    counts = resumed.get("counts", {})
-    return Run(
-        system_config=system_config, nnet=nnet, share=share, world=world, start=start,
-        sample=sample, probe=probe,
+    run = Run(
+        system_config=system_config, nnet=nnet, share=share, rank=rank, distributed=distributed,
+        start=start, workers=args.workers, sample=sample, probe=probe,
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
-        best=snapshots.Best(system_config.snapshot_file("best"), resumed.get("best")),
-        evaluate=evaluate,
-        step=TrainStep(nnet, system_config.nonfinite_loss, log, counts.get("skipped_steps", 0)),
-        counts=DataCounts(log, counts), speed=Throughput(resumed.get("time", 0.0)))
+        best=snapshots.Best(system_config.snapshot_file("best")), evaluate=evaluate,
+        step=TrainStep(nnet, system_config.nonfinite_loss, log), counts=DataCounts(log),
+        speed=Throughput(), position=DataPosition(share, world, system_config.batch_size, log,
+                                                  next_batch=start),
+        stop=stop, log=log)
+    run.load_state_dict(resumed)
+    if rank == 0 and start == 0 and system_config.batch_pictures and not args.initialize:
+        picture = system_config.snapshot_dir / "train_batch0.jpg"
+        save_batch_picture(run.sample, run.make_train_db(), picture)
+        log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
+    return run

@@ -3,9 +3,14 @@
 Every `system.eval_iter` iterations (and at the last one) each rank detects on its share of the
 validation images (`system.eval_images` limits them), rank 0 gathers the detections and scores
 them with the COCO evaluator, exactly as `test.py <Cfg> --testiter <it>` would, and its results
-land where test.py puts them. The ranks do the same amount of work and meet in one gather, so
-none waits in a collective while another evaluates; only rank 0's scoring (seconds) is waited on,
-inside the next iteration's first collective.
+land where test.py puts them. It runs test.py's network too: an `InferenceNetwork` loaded with
+the factory's current weights (their average with system.ema_decay), built for the evaluation
+and dropped after it, so the training model (DDP, SyncBatchNorm, channels_last, compile) is never
+what is evaluated, and training holds no second copy of the weights between evaluations.
+
+The ranks do the same amount of work and meet in one gather, so none waits in a collective
+while another evaluates; only rank 0's scoring (seconds) is waited on, inside the next
+iteration's first collective.
 """
 
 from __future__ import annotations
@@ -19,12 +24,24 @@ import torch.distributed as dist
 from ..config.rules import check_decode_settings
 from ..dbs import DatasetError
 from ..inference import DetectionRun, detect, results_folder, score
+from ..inference.network import InferenceNetwork
+from ..nnet.checkpoint import SNAPSHOT_FORMAT
 from .schedule import due
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
     from ..dbs.detection import DETECTION
     from ..nnet.py_factory import NetworkFactory
+
+
+def inference_network(nnet: NetworkFactory, raw_weights: bool = False) -> InferenceNetwork:
+    """The factory's current weights (their average when it has one of at least one step,
+    unless `raw_weights`) in an InferenceNetwork on its device: what test.py would run on a
+    snapshot written now, without the file. The factory's RNG state is left as it was."""
+    with torch.random.fork_rng(devices=[]):  # the fresh model's initialisation draws from it
+        network = InferenceNetwork(nnet.system_config, nnet.db_configs, nnet.device)
+    return network.load({"format": SNAPSHOT_FORMAT, **nnet.state_dict()},
+                        "the weights in training", raw_weights)
 
 
 class Evaluator:
@@ -43,6 +60,7 @@ class Evaluator:
         self.rank, self.world, self.distributed = rank, world, distributed
         self._db = None
         self.last_results: Path | None = None  # the results folder of the last evaluation
+        self.weights = "raw"  # which weights the last evaluation ran: "ema" or "raw"
 
     def check(self, training_db: DETECTION) -> None:
         """Load the validation split now, before training, and refuse one that cannot be scored
@@ -84,15 +102,15 @@ class Evaluator:
             self._db = self.make_db()
         db = self._db
         inds = db.db_inds[:self.system_config.eval_images]
-        nnet.eval_mode()
+        network = inference_network(nnet)
+        self.weights = network.evaluated_weights
         # Test images differ in size: cuDNN would time its algorithms again for each new shape.
         benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
         try:
-            mine = detect(db, nnet, self.system_config, inds[self.rank::self.world],
+            mine = detect(db, network, self.system_config, inds[self.rank::self.world],
                           batch_size=self.system_config.test_batch_size)
         finally:
             torch.backends.cudnn.benchmark = benchmark
-            nnet.train_mode()
         parts = [mine]
         if self.distributed:
             parts = [None] * self.world
@@ -104,4 +122,4 @@ class Evaluator:
         self.last_results = out_dir
         # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
         return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],
-                     unreadable=found.unreadable, weights=nnet.evaluated_weights)
+                     unreadable=found.unreadable, weights=self.weights)

@@ -183,7 +183,8 @@ def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
 
 class Throughput:
     """Images/s and the share of wall time spent waiting for data, since the last `read`;
-    `before`: the wall seconds of the runs this one resumes, so that `elapsed` continues them."""
+    `before`: the wall seconds of the runs this one resumes, so that `elapsed` continues them.
+    Its state (`state_dict`) is {"elapsed": wall seconds of the whole run so far}."""
 
     def __init__(self, before: float = 0.0) -> None:
         self.before = before
@@ -210,18 +211,25 @@ class Throughput:
         """Wall seconds of the whole run: the resumed runs' and this one's."""
         return self.before + time.perf_counter() - self.began
 
+    def state_dict(self) -> dict[str, float]:
+        return {"elapsed": self.elapsed()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue the clock of a resumed run: `elapsed` counts on from its seconds."""
+        self.before = float(state.get("elapsed", 0.0))
+
     def overall_wait(self) -> float:
         """The share of all wall time so far spent waiting for data."""
         return self.total_waited / max(time.perf_counter() - self.began, 1e-9)
 
 
 class DataCounts:
-    """Images skipped as unreadable and objects dropped beyond max_objects, so far."""
+    """Images skipped as unreadable and objects dropped beyond max_objects, so far (the runs
+    resumed included); `values()` is also its state."""
 
     def __init__(self, log: Callable[[str], None], before: dict | None = None) -> None:
         self.log = log
-        self.skipped_images = (before or {}).get("skipped_images", 0)  # by the resumed run
-        self.dropped_objects = (before or {}).get("dropped_objects", 0)
+        self.load_state_dict(before or {})
 
     def add(self, meta: dict) -> None:
         for path in meta.get("skipped", []):
@@ -231,6 +239,14 @@ class DataCounts:
 
     def values(self) -> dict[str, int]:
         return {"skipped_images": self.skipped_images, "dropped_objects": self.dropped_objects}
+
+    def state_dict(self) -> dict[str, int]:
+        return self.values()
+
+    def load_state_dict(self, state: dict) -> None:
+        """The counts of the run resumed (keys it lacks count from 0; others are not ours)."""
+        self.skipped_images = int(state.get("skipped_images", 0))
+        self.dropped_objects = int(state.get("dropped_objects", 0))
 
 
 # The COCO numbers an evaluation during training puts into the metrics.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
@@ -19,6 +19,14 @@ from .schedule import due
 if TYPE_CHECKING:
     from ..config import SystemConfig
     from ..nnet.py_factory import NetworkFactory
+
+
+class Checkpointable(Protocol):
+    """A stateful part of a run: what `state_dict` returns, `load_state_dict` restores."""
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
 
 
 def numbered(system_config: SystemConfig) -> dict[int, Path]:
@@ -90,9 +98,18 @@ class Best:
         record: {"iteration", "AP"} of the best so far (from the snapshot being resumed), or None.
     """
 
-    def __init__(self, path: Path, record: dict | None) -> None:
+    def __init__(self, path: Path, record: dict | None = None) -> None:
         self.path = path
         self.record = record
+
+    def state_dict(self) -> dict:
+        """{"record": the record or None}."""
+        return {"record": None if self.record is None else dict(self.record)}
+
+    def load_state_dict(self, state: dict) -> None:
+        record = state.get("record")
+        self.record = None if record is None else {"iteration": int(record["iteration"]),
+                                                   "AP": float(record["AP"])}
 
     def update(self, iteration: int, ap: float, save: Callable[[Path], None]) -> bool:
         """If `ap` beats the best so far, record it and `save(path)` (atomic); True if it did.
@@ -113,39 +130,44 @@ class Best:
 class Saver:
     """The loop's snapshots: numbered ones every `system.snapshot` iterations and at the end
     (pruned to `system.keep_snapshots`), and the best one after an evaluation that improves AP.
+    A snapshot holds the network's `state_dict` and the loop's (`loop.state_dict()`).
 
     Args:
         nnet: the NetworkFactory.
+        loop: the rest of the run's state (the engine's `Run`).
+        best: the best-AP record, which `evaluated` keeps.
         system_config: the run's config.
         rank, distributed: only rank 0 writes; under DDP the ranks' weights are checked first.
-        state: iteration -> the training state stored with the weights.
         log: rank 0's log.
     """
 
-    def __init__(self, nnet: NetworkFactory, system_config: SystemConfig, rank: int,
-                 distributed: bool, state: Callable[[int], dict],
+    def __init__(self, nnet: NetworkFactory, loop: Checkpointable, best: Best,
+                 system_config: SystemConfig, rank: int, distributed: bool,
                  log: Callable[[str], None]) -> None:
-        self.nnet, self.system_config = nnet, system_config
-        self.rank, self.distributed = rank, distributed
-        self.state, self.log = state, log
+        self.nnet, self.loop, self.best = nnet, loop, best
+        self.system_config = system_config
+        self.rank, self.distributed, self.log = rank, distributed, log
 
     def due(self, iteration: int) -> bool:
         return due(iteration, self.system_config.snapshot, self.system_config.max_iter)
+
+    def write(self, iteration: int, path: Path | None = None) -> Path:
+        """Write snapshot `iteration` (to its numbered file, or `path`), whatever the rank."""
+        return self.nnet.save_params(iteration, self.loop.state_dict(), path=path)
 
     def save(self, iteration: int) -> None:
         if self.distributed:
             check_ranks_agree(self.nnet.model, self.log)
         if self.rank == 0:
-            self.nnet.save_params(iteration, self.state(iteration))
+            self.write(iteration)
             for path in prune(self.system_config, self.system_config.keep_snapshots):
                 self.log(f"removed old snapshot {path.name} (system.keep_snapshots "
                          f"{self.system_config.keep_snapshots})")
 
-    def evaluated(self, iteration: int, ap: float, best: Best) -> None:
+    def evaluated(self, iteration: int, ap: float) -> None:
         """Record the AP of `iteration`; a new best replaces `<Cfg>_best.pkl` atomically."""
-        before = best.record
-        if best.update(iteration, ap, lambda path: self.nnet.save_params(
-                iteration, self.state(iteration), path=path)):
+        best, before = self.best, self.best.record
+        if best.update(iteration, ap, lambda path: self.write(iteration, path)):
             self.log(f"iteration {iteration}: AP {ap:.4f}, the best so far: {best.path.name}")
         elif before is None:
             self.log(f"iteration {iteration}: AP {ap:.4f}: nothing could be scored, not a best")

@@ -22,7 +22,7 @@ class TrainStep:
 
     With policy "stop" a non-finite loss raises NonFiniteLoss carrying the iteration; with "skip"
     the step is skipped, said and counted, and NonFiniteLoss is raised once more than half of
-    the last RECENT steps were skipped.
+    the last RECENT steps were skipped. Its state is {"skipped_steps": skipped so far}.
     """
 
     def __init__(self, nnet: NetworkFactory, policy: str, log: Callable[[str], None],
@@ -30,6 +30,13 @@ class TrainStep:
         self.nnet, self.policy, self.log = nnet, policy, log
         self.skipped = skipped  # so far, the resumed run's included
         self._recent: collections.deque[bool] = collections.deque(maxlen=RECENT)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"skipped_steps": self.skipped}
+
+    def load_state_dict(self, state: dict) -> None:
+        """The resumed run's count; the window of recent steps starts empty, as before."""
+        self.skipped = int(state.get("skipped_steps", 0))
 
     def __call__(self, batch: dict, iteration: int) -> tuple | None:
         try:
