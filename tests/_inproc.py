@@ -129,6 +129,11 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
         os.chdir(cwd or ROOT)
         sys.argv[:] = argv
         torch.set_num_threads(threads or int(env.get("OMP_NUM_THREADS", "1")))
+        # Logging as a fresh process has it: no root handler (pytest's capture handler would
+        # swallow the records), so a warning reaches logging's last resort, which writes to
+        # the sys.stderr of the moment: the run's captured stderr.
+        logging.getLogger().handlers[:] = []
+        logging.getLogger().setLevel(logging.WARNING)
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
             try:
