@@ -1,4 +1,5 @@
-"""Helpers for the training tests: small configs on coco128 and train.py subprocesses."""
+"""Helpers for the training tests: small configs on coco128, and train.py run in this process
+(`run_train(..., inproc=True)`) or as a process of its own."""
 
 from __future__ import annotations
 
@@ -12,6 +13,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+try:  # imported as `tests._train_helpers` or, with tests/ on the path, `_train_helpers`
+    from tests._inproc import Completed, run_script
+except ImportError:
+    from _inproc import Completed, run_script
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,8 +63,22 @@ def train_cmd(config_dir: Path, name: str = "Tiny128", *extra: str,
 
 
 def run_train(config_dir: Path, *extra: str, name: str = "Tiny128", timeout: float = 240,
-              cmd: list[str] | None = None, env: dict | None = None
-              ) -> subprocess.CompletedProcess:
+              cmd: list[str] | None = None, env: dict | None = None, inproc: bool = False
+              ) -> subprocess.CompletedProcess | Completed:
+    """`python train.py <name> ...` on the CPU with 2 workers, one torch thread; returns its
+    status, stdout and stderr.
+
+    inproc=True runs the same command line in this process (`run_script`): no interpreter,
+    torch import or fork server to start, so a run costs its training and a refusal at start
+    milliseconds. The prefetch workers are real processes either way. A test that needs a
+    process of the run's own (a signal sent from outside, a kill, a launcher, a mount
+    namespace, a fresh import) keeps the default. `timeout` holds for a process only.
+    """
+    if inproc:
+        if cmd is not None:
+            raise ValueError("a command of its own (a launcher, a namespace) needs a process")
+        return run_script("train.py", *train_cmd(config_dir, name, *extra)[2:],
+                          env={"OMP_NUM_THREADS": "1", **(env or {})})
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd or train_cmd(config_dir, name, *extra), capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env=env, check=False)

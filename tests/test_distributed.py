@@ -31,8 +31,8 @@ from _train_helpers import (
 
 from core.utils.dist import free_port
 
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
+# The launchers' runs are real process trees and `slow`; the one-process references and the
+# refusal before any rank run train.py's command line in this process (run_train inproc).
 
 NAME = "Tiny128"
 CORNERNET_CHUNKS = {"batch_size": 49, "chunk_sizes": [4] + [5] * 9}  # configs/CornerNet.json
@@ -82,11 +82,13 @@ def run_nodes(config_dir, *extra, env=None, timeout=240):
 def cornernet_one(tmp_path_factory, coco128):
     """One process on the shipped CornerNet chunks: the reference run."""
     root = tmp_path_factory.mktemp("one")
-    result = run_train(write_config(root, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY))
+    result = run_train(write_config(root, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY),
+                       inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     return root, result
 
 
+@pytest.mark.slow
 def test_one_process_steps_are_large_against_the_tolerance(cornernet_one):
     root, _ = cornernet_one
     # The comparisons below mean something only if a step moves the parameters far more.
@@ -96,6 +98,7 @@ def test_one_process_steps_are_large_against_the_tolerance(cornernet_one):
     assert moved > 1e-2
 
 
+@pytest.mark.slow
 def test_three_spawned_processes_train_like_one(tmp_path, coco128, cornernet_one):
     reference, single = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
@@ -109,6 +112,7 @@ def test_three_spawned_processes_train_like_one(tmp_path, coco128, cornernet_one
     assert float(three[1]) == pytest.approx(float(one[1]), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_train_like_one(tmp_path, coco128, cornernet_one):
     reference, _ = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
@@ -118,6 +122,7 @@ def test_torchrun_two_processes_train_like_one(tmp_path, coco128, cornernet_one)
     assert_same_training(reference, tmp_path)
 
 
+@pytest.mark.slow
 def test_two_nodes_on_localhost_train_like_one(tmp_path, coco128, cornernet_one):
     reference, _ = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
@@ -127,10 +132,11 @@ def test_two_nodes_on_localhost_train_like_one(tmp_path, coco128, cornernet_one)
     assert_same_training(reference, tmp_path)
 
 
+@pytest.mark.slow
 def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128):
     one = write_config(tmp_path / "one", coco128, db=SMALL, **SQUEEZE_CHUNKS, **PARITY)
     three = write_config(tmp_path / "three", coco128, db=SMALL, **SQUEEZE_CHUNKS, **PARITY)
-    single = run_train(one)
+    single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
     result = run_train(three, "--distributed", "--world-size", "1", "--procs-per-node", "3")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -138,6 +144,7 @@ def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128):
     assert_same_training(tmp_path / "one", tmp_path / "three")
 
 
+@pytest.mark.slow
 def test_resuming_with_another_process_count_continues_the_same_training(
         tmp_path, coco128, cornernet_one):
     reference, single = cornernet_one
@@ -154,6 +161,7 @@ def test_resuming_with_another_process_count_continues_the_same_training(
                                                             rel=1e-5)
 
 
+@pytest.mark.slow
 def test_fewer_chunks_than_processes_are_re_chunked_and_said(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=5, max_iter=1,
                               snapshot=1, val_iter=0)
@@ -164,7 +172,8 @@ def test_fewer_chunks_than_processes_are_re_chunked_and_said(tmp_path, coco128):
 
 def test_a_batch_smaller_than_the_process_count_fails_before_any_process(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=2)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "3")
+    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "3",
+                       inproc=True)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         ("error: system.batch_size 2 cannot be dealt to 3 processes: every process needs at "
@@ -172,6 +181,7 @@ def test_a_batch_smaller_than_the_process_count_fails_before_any_process(tmp_pat
     assert "system config" not in result.stdout
 
 
+@pytest.mark.slow
 def test_a_bad_key_with_two_processes_prints_one_line_and_starts_nothing(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_sizes=4)
     run = Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2")
@@ -195,6 +205,7 @@ def _wait_for_ranks(run: Training, count: int, timeout: float = 60) -> list[int]
     raise AssertionError(f"fewer than {count} ranks started")
 
 
+@pytest.mark.slow
 def test_a_killed_rank_ends_the_run_within_seconds_and_leaves_nothing(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=4, max_iter=10000,
                               val_iter=0, snapshot=10000)
@@ -217,6 +228,7 @@ def test_a_killed_rank_ends_the_run_within_seconds_and_leaves_nothing(tmp_path, 
     assert not alive(run.seen), f"left behind: {sorted(alive(run.seen))}"
 
 
+@pytest.mark.slow
 def test_a_failing_rank_on_another_node_stops_this_node_naming_it(tmp_path, coco128):
     """Node 1's rank loses a prefetch worker and fails: node 0 learns why through the store
     and stops within seconds, though nothing of node 0 failed."""
@@ -241,6 +253,7 @@ def test_a_failing_rank_on_another_node_stops_this_node_naming_it(tmp_path, coco
     assert "rank 1" in first and "training stopped" in first, out0
 
 
+@pytest.mark.slow
 def test_a_frozen_rank_is_noticed_by_its_heartbeat(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=4, max_iter=10000,
                               val_iter=0, snapshot=10000)
@@ -262,6 +275,7 @@ def test_a_frozen_rank_is_noticed_by_its_heartbeat(tmp_path, coco128):
     assert "rank 1: stopped answering for 3 s" in out0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun"])
 def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco128, launcher):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=4, max_iter=10000,

@@ -1,5 +1,6 @@
 """The weight average through the scripts: test.py --testiter best, train.py's evaluation,
-resume, and two processes."""
+resume, and two processes. The scripts run in this process (`run_script`, `run_train(...,
+inproc=True)`); the two ranks are spawned processes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 import pytest
 import torch
 import torch.multiprocessing as mp
-from _tiny_coco import make_tiny_coco, run
+from _inproc import run_script
+from _tiny_coco import make_tiny_coco
 from _train_helpers import copy_snapshot, run_train, write_config
 
 from core.data.chunks import deal
@@ -46,15 +48,15 @@ def test_testiter_best_evaluates_the_average_and_raw_weights_on_request(coco128,
 
     args = ("test.py", "CocoTiny", "--config-dir", root / "configs", "--images", 3,
             "--device", "cpu")
-    plain = run(*args, "--testiter", 0)
+    plain = run_script(*args, "--testiter", 0)
     assert plain.returncode == 0, plain.stderr
     assert "weights: the trained weights" in plain.stdout  # snapshot 0 has no average
-    best = run(*args, "--testiter", "best")
+    best = run_script(*args, "--testiter", "best")
     assert best.returncode == 0, best.stderr
     assert "weights: the average of the weights" in best.stdout
     assert _results(root, "best")[0] == _results(root, 0)[0]
     assert _results(root, "best")[1]["weights"] == "ema"
-    raw_run = run(*args, "--testiter", "best", "--raw-weights")
+    raw_run = run_script(*args, "--testiter", "best", "--raw-weights")
     assert raw_run.returncode == 0, raw_run.stderr
     detections, metrics = _results(root, "best")
     assert metrics["weights"] == "raw"
@@ -68,7 +70,7 @@ def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path
               "eval_iter": 3, "eval_images": 4, "val_iter": 0}
     db = {"top_k": 20, "num_dets": 100, "test_scales": [0.25]}
     straight_dir = write_config(tmp_path, coco128, db=db, **system)
-    straight = run_train(straight_dir)
+    straight = run_train(straight_dir, inproc=True)
     assert straight.returncode == 0, straight.stdout + straight.stderr
     lines = [json.loads(line) for line in
              (tmp_path / "cache" / "nnet" / "Tiny128" / "metrics.jsonl").read_text().splitlines()]
@@ -85,7 +87,7 @@ def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path
 
     resumed_dir = write_config(tmp_path / "resumed", coco128, db=db, **system)
     copy_snapshot(tmp_path / "cache", tmp_path / "resumed" / "cache", "Tiny128", 3)
-    resumed = run_train(resumed_dir, "--iter", "3")
+    resumed = run_train(resumed_dir, "--iter", "3", inproc=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     a = torch.load(tmp_path / "cache" / "nnet" / "Tiny128" / "Tiny128_6.pkl", weights_only=True)
     b = torch.load(tmp_path / "resumed" / "cache" / "nnet" / "Tiny128" / "Tiny128_6.pkl",

@@ -57,11 +57,12 @@ def test_the_watch_reads_the_heartbeat_through_the_parser(monkeypatch):
         heartbeat_timeout()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("text", ["abc", "-1"])
 def test_train_with_a_wrong_heartbeat_is_one_line_at_start(tmp_path, coco128, text):
+    # in-process: the launcher refuses before it spawns a rank
     result = run_train(write_config(tmp_path, coco128), "--distributed", "--world-size", "1",
-                       "--procs-per-node", "2", env={"CORNERNET_HEARTBEAT_S": text})
+                       "--procs-per-node", "2", env={"CORNERNET_HEARTBEAT_S": text},
+                       inproc=True)
     one_line_error(result, f"CORNERNET_HEARTBEAT_S='{text}'", "greater than 0")
     assert "iteration 1" not in result.stdout and "rank 0 stopped answering" not in result.stderr
     assert not (tmp_path / "cache" / "nnet").exists()

@@ -1,8 +1,10 @@
 """The fault suite, continued: where many processes, many runs and evaluations meet (issue 21).
 
-Each case runs train.py (or test.py) as a real subprocess and checks the exit status, the one
-line, and what is left on disk and in the process table. The README's reliability table names
-these cases; keep the two in step.
+Each case runs train.py (or test.py) and checks the exit status, the one line, and what is left
+on disk and in the process table. The README's reliability table names these cases; keep the two
+in step. Launchers, nodes, signals, kills and the process table need processes of their own (and
+are `slow`); the refusals at start and the file cases run train.py in this process
+(`run_train(..., inproc=True)`).
 """
 
 from __future__ import annotations
@@ -29,15 +31,12 @@ from tests._train_helpers import (
 )
 from tests.test_faults import NAME, cache, load, one_line_error, wait_gone
 
-# Real train.py / test.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
-
 
 def make_only_best(tmp_path, coco128, iteration=2, ap=0.25):
     """A config whose snapshot folder holds nothing trained but `<Cfg>_best.pkl`."""
     config_dir = write_config(tmp_path, coco128, max_iter=iteration, snapshot=iteration,
                               val_iter=0)
-    assert run_train(config_dir).returncode == 0
+    assert run_train(config_dir, inproc=True).returncode == 0
     numbered = cache(tmp_path) / f"{NAME}_{iteration}.pkl"
     snapshot = load(numbered)
     snapshot["best"] = {"iteration": iteration, "AP": ap}
@@ -47,6 +46,7 @@ def make_only_best(tmp_path, coco128, iteration=2, ap=0.25):
     return config_dir
 
 
+@pytest.mark.slow  # three runs in-process, one of two iterations
 def test_a_fresh_start_or_iter_latest_moves_the_only_best_snapshot_aside(tmp_path, coco128):
     """The README promises the best snapshot is never removed: a run that cannot count it as
     its own (it starts before its iteration) moves it aside, says where, and keeps it loadable."""
@@ -57,7 +57,7 @@ def test_a_fresh_start_or_iter_latest_moves_the_only_best_snapshot_aside(tmp_pat
             (cache(tmp_path) / f"{NAME}_best.aside1.pkl").rename(
                 cache(tmp_path) / f"{NAME}_best.pkl")
             (cache(tmp_path) / f"{NAME}_best.aside1.pkl").write_bytes(b"kept")
-        result = run_train(config_dir, *extra, "--initialize")
+        result = run_train(config_dir, *extra, "--initialize", inproc=True)
         assert result.returncode == 0, result.stdout + result.stderr
         aside = cache(tmp_path) / f"{NAME}_best.aside{k}.pkl"
         said = [line for line in result.stdout.splitlines() if "aside" in line]
@@ -79,6 +79,7 @@ def first_error(output: str) -> str:
     return next((line for line in output.splitlines() if line.startswith("error:")), "")
 
 
+@pytest.mark.slow
 def test_a_rank_outside_the_world_size_is_one_line_before_any_rendezvous(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128)
     t0 = time.monotonic()
@@ -90,6 +91,7 @@ def test_a_rank_outside_the_world_size_is_one_line_before_any_rendezvous(tmp_pat
     assert not run.seen and not cache(tmp_path).exists()
 
 
+@pytest.mark.slow
 def test_nodes_with_different_configs_stop_at_start_naming_the_keys(tmp_path, coco128):
     """Another max_iter deadlocked both nodes until the collective timeout, another learning
     rate trained until the first snapshot: now both nodes end within 60 s, nothing trained."""
@@ -117,6 +119,7 @@ def test_nodes_with_different_configs_stop_at_start_naming_the_keys(tmp_path, co
         assert not list((tmp_path / root / "cache" / "nnet").glob(f"{NAME}/*.pkl"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("present", [0, 1])
 def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
         tmp_path, coco128, present):
@@ -141,6 +144,7 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     assert not wait_gone(run.seen, 10)
 
 
+@pytest.mark.slow
 def test_under_torchrun_the_first_error_names_the_killed_rank(tmp_path, coco128):
     """rank 0's collective breaks first ("Connection closed by peer"); the line names rank 1."""
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0,
@@ -177,6 +181,7 @@ def launched(tmp_path, coco128, launcher: str) -> list[Training]:
                      cmd=cmd, env=env)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun", "two nodes"])
 def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher):
     """The ranks watch their launcher as workers watch their trainer: 10 s after a kill -9 of
@@ -249,7 +254,8 @@ def test_a_validation_split_that_cannot_be_scored_is_one_line_before_training(
         tmp_path, coco128, change, words):
     annotations = {"train": str(coco128 / "annotations" / "instances_coco128_train.json"),
                    "val": val_file(tmp_path, coco128, change)}
-    result = run_train(write_config(tmp_path, coco128, eval_iter=100, annotations=annotations))
+    result = run_train(write_config(tmp_path, coco128, eval_iter=100, annotations=annotations),
+                       inproc=True)
     one_line_error(result, *words)
     assert "iteration 1:" not in result.stdout
     # Nothing written: not even the empty snapshot and result folders the start-up checks made.
@@ -257,19 +263,21 @@ def test_a_validation_split_that_cannot_be_scored_is_one_line_before_training(
 
 
 def test_a_negative_eval_iter_is_one_line(tmp_path, coco128):
-    one_line_error(run_train(write_config(tmp_path, coco128, eval_iter=-1)), "system.eval_iter")
+    one_line_error(run_train(write_config(tmp_path, coco128, eval_iter=-1), inproc=True),
+                   "system.eval_iter")
 
 
 # Class 5: our own files turning against us.
 
+@pytest.mark.slow  # two runs in-process, of two iterations and one
 def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=2, snapshot=2, val_iter=0)
-    assert run_train(config_dir).returncode == 0
+    assert run_train(config_dir, inproc=True).returncode == 0
     metrics = cache(tmp_path) / "metrics.jsonl"
     first, rest = metrics.read_bytes().split(b"\n", 1)
     metrics.write_bytes(first + b"\n\xff\xfe not ours\n" + rest)
     later = write_config(tmp_path, coco128, max_iter=3, snapshot=3, val_iter=0)
-    result = run_train(later, "--iter", "2")
+    result = run_train(later, "--iter", "2", inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     said = [line for line in result.stdout.splitlines() if "damaged line" in line]
     assert (len(said) == 1 and str(metrics) in said[0]
@@ -278,12 +286,13 @@ def test_a_damaged_metrics_line_is_skipped_and_said_once(tmp_path, coco128):
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
 
 
+@pytest.mark.slow
 def test_a_second_run_on_the_same_snapshot_folder_is_refused_naming_the_first(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
     first = Training(config_dir)
     try:
         first.wait_for(r"iteration 1: loss")
-        second = run_train(config_dir, timeout=60)
+        second = run_train(config_dir, inproc=True)
         one_line_error(second, str(cache(tmp_path)), f"pid {first.proc.pid}", "in use",
                        "system.snapshot_name")
         lock = json.loads((cache(tmp_path) / ".lock").read_text())
@@ -293,7 +302,7 @@ def test_a_second_run_on_the_same_snapshot_folder_is_refused_naming_the_first(tm
     finally:
         first.kill()
     # The killed run's lock is stale: the next run takes it over and says so.
-    result = run_train(config_dir, "--initialize")
+    result = run_train(config_dir, "--initialize", inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     took = [line for line in result.stdout.splitlines() if "took over" in line]
     assert len(took) == 1 and f"pid {first.proc.pid}) is no longer running" in took[0]
@@ -315,7 +324,7 @@ EVERYTHING = ["br_heats", "br_modules", "br_offs", "br_tags", "hg", "tl_heats", 
     ([], {"freeze": EVERYTHING}, ["system.freeze", "every parameter"]),
 ])
 def test_values_at_the_edges_are_one_line(tmp_path, coco128, extra, system, words):
-    result = run_train(write_config(tmp_path, coco128, **system), *extra)
+    result = run_train(write_config(tmp_path, coco128, **system), *extra, inproc=True)
     one_line_error(result, *words)
     assert "iteration 1:" not in result.stdout
     assert not (tmp_path / "cache" / "nnet").exists()
@@ -323,6 +332,7 @@ def test_values_at_the_edges_are_one_line(tmp_path, coco128, extra, system, word
 
 # Class 7: interrupts.
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_during_the_stop_snapshot_write_keeps_the_snapshot(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
     run = Training(config_dir)
@@ -347,6 +357,7 @@ def test_a_second_ctrl_c_during_the_stop_snapshot_write_keeps_the_snapshot(tmp_p
     assert not list(cache(tmp_path).glob(".*.tmp")) and not (cache(tmp_path) / ".lock").exists()
 
 
+@pytest.mark.slow  # "before any process" is seen in the process table of a process of its own
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the case needs a machine without a GPU")
 @pytest.mark.parametrize("extra", [[], ["--distributed", "--world-size", "1",
                                         "--procs-per-node", "2"]])

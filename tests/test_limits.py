@@ -1,15 +1,15 @@
 """Stopping rules: system.patience stops a run whose AP does not improve, system.max_minutes
-stops a run before its deadline with a snapshot that resumes exactly."""
+stops a run before its deadline with a snapshot that resumes exactly. train.py runs in this
+process through its command line (`run_train(..., inproc=True)`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 
 import pytest
 import torch
-from _train_helpers import REPO, losses, write_config
+from _train_helpers import losses, run_train, write_config
 
 from core.config import ConfigError, SystemConfig, load_config
 from core.engine.limits import Limits
@@ -42,13 +42,6 @@ def test_patience_without_evaluations_is_refused():
         SystemConfig().update_config({"patience": 3, "eval_iter": 0})
 
 
-def _train():
-    spec = importlib.util.spec_from_file_location("train_script", REPO / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _top_modules(folder) -> list[str]:
     from core.dbs import datasets
     from core.nnet.py_factory import NetworkFactory
@@ -59,7 +52,7 @@ def _top_modules(folder) -> list[str]:
 
 
 @pytest.mark.slow  # a frozen model trained and evaluated 4 times in-process: about 40 s
-def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path, capsys):
+def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path):
     folder = write_config(tmp_path, coco128, max_iter=40, eval_iter=2, eval_images=2,
                           val_iter=0, snapshot=100, patience=2, learning_rate=0.0,
                           db={"test_scales": [0.25], "num_dets": 100})
@@ -67,9 +60,9 @@ def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path, capsys)
     # every batch norm frozen (a model must keep something to train: tl_offs, at rate 0)
     config["system"]["freeze"] = [m for m in _top_modules(folder) if m != "tl_offs"]
     (folder / "Tiny128.json").write_text(json.dumps(config))
-    assert _train().main(["Tiny128", "--config-dir", str(folder), "--workers", "1",
-                          "--device", "cpu"]) == 0
-    out = capsys.readouterr().out
+    result = run_train(folder, "--workers", "1", inproc=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
     # evaluations at 2 (the best), 4 and 6 (no gain): patience 2 is spent at 6
     assert "stopped early after iteration 6: validation AP did not improve for 2" in out
     snapshots = tmp_path / "cache" / "nnet" / "Tiny128"
@@ -79,9 +72,8 @@ def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path, capsys)
 
 
 @pytest.mark.slow  # three short runs in-process: about a minute
-def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_path, capsys,
+def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_path,
                                                                    monkeypatch):
-    train = _train()
     seen = []
     reason = Limits.reason
 
@@ -92,9 +84,9 @@ def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_
     monkeypatch.setattr(Limits, "reason", noted)
     limited = write_config(tmp_path / "a", coco128, max_iter=400, val_iter=0, snapshot=1000,
                            max_minutes=0.25)
-    args = ["Tiny128", "--workers", "1", "--device", "cpu"]
-    assert train.main([*args, "--config-dir", str(limited)]) == RESUME_STATUS
-    out = capsys.readouterr().out
+    stopped_run = run_train(limited, "--workers", "1", inproc=True)
+    assert stopped_run.returncode == RESUME_STATUS, stopped_run.stdout + stopped_run.stderr
+    out = stopped_run.stdout
     assert "stopped at the deadline after iteration" in out
     (stopped_at, deadline), = seen
     assert deadline - 10 < stopped_at < deadline  # before the deadline, and not long before
@@ -105,10 +97,12 @@ def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_
     config = json.loads((limited / "Tiny128.json").read_text())
     config["system"].update(max_minutes=None, max_iter=stopped + 2)
     (limited / "Tiny128.json").write_text(json.dumps(config))
-    assert train.main([*args, "--config-dir", str(limited), "--iter", str(stopped)]) == 0
-    resumed = losses(capsys.readouterr().out)
+    resumed_run = run_train(limited, "--workers", "1", "--iter", str(stopped), inproc=True)
+    assert resumed_run.returncode == 0, resumed_run.stdout + resumed_run.stderr
+    resumed = losses(resumed_run.stdout)
     whole = write_config(tmp_path / "b", coco128, max_iter=stopped + 2, val_iter=0,
                          snapshot=1000)
-    assert train.main([*args, "--config-dir", str(whole)]) == 0
-    uninterrupted = losses(capsys.readouterr().out)
+    whole_run = run_train(whole, "--workers", "1", inproc=True)
+    assert whole_run.returncode == 0, whole_run.stdout + whole_run.stderr
+    uninterrupted = losses(whole_run.stdout)
     assert resumed == {it: uninterrupted[it] for it in (stopped + 1, stopped + 2)}

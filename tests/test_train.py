@@ -1,4 +1,9 @@
-"""train.py end to end on coco128 with CornerNet_Tiny: snapshots, exact resume, failures."""
+"""train.py end to end on coco128 with CornerNet_Tiny: snapshots, exact resume, failures.
+
+One plain run is a real `python train.py` process, as the README's command starts it; so are the
+cases of signals, kills and the spawn launcher (all `slow`). The rest run train.py's command line
+in this process (`run_train(..., inproc=True)`): same arguments, same output, same files.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +27,6 @@ from _train_helpers import (
     write_config,
 )
 
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
-
 NAME = "Tiny128"
 
 
@@ -36,6 +38,7 @@ def load(path):
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
+@pytest.mark.slow  # the one plain train.py process: the README's command as a user runs it
 def test_snapshots_appear_at_configured_iterations_and_load(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=4, snapshot=2)
     result = run_train(config_dir)
@@ -50,15 +53,18 @@ def test_snapshots_appear_at_configured_iterations_and_load(tmp_path, coco128):
     assert "validation loss" in result.stdout
 
 
+@pytest.mark.slow  # two runs in-process, of six iterations and three
 def test_resume_continues_exactly(tmp_path, coco128):
+    """detectron2's resume test in our terms: a tiny run's snapshot at 3 resumed to 6 gives the
+    uninterrupted run's losses, weights and optimizer state, bit for bit."""
     config_dir = write_config(tmp_path, coco128, max_iter=6, snapshot=3, stepsize=2)
-    straight = run_train(config_dir)
+    straight = run_train(config_dir, inproc=True)
     assert straight.returncode == 0, straight.stdout + straight.stderr
 
     resumed_dir = write_config(tmp_path / "resumed", coco128, max_iter=6, snapshot=3,
                                stepsize=2)
     copy_snapshot(tmp_path / "cache", tmp_path / "resumed" / "cache", NAME, 3)
-    resumed = run_train(resumed_dir, "--iter", "3")
+    resumed = run_train(resumed_dir, "--iter", "3", inproc=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
     first, second = losses(straight.stdout), losses(resumed.stdout)
@@ -69,6 +75,10 @@ def test_resume_continues_exactly(tmp_path, coco128):
     for key, value in a["model"].items():
         assert torch.equal(value, b["model"][key]), key
     assert a["optimizer"]["state"].keys() == b["optimizer"]["state"].keys()
+    for key, state in a["optimizer"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(
+                b["optimizer"]["state"][key][name])), (key, name)
 
 
 def test_initialize_writes_snapshot_zero_without_reading_images(tmp_path, coco128):
@@ -76,7 +86,7 @@ def test_initialize_writes_snapshot_zero_without_reading_images(tmp_path, coco12
     empty = tmp_path / "no_images"
     empty.mkdir()
     config_dir = write_config(tmp_path, coco128, images=empty, strict_images=True)
-    result = run_train(config_dir, "--initialize")
+    result = run_train(config_dir, "--initialize", inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert load(snapshot(tmp_path, 0))["iteration"] == 0
     assert "iteration 1" not in result.stdout
@@ -90,6 +100,7 @@ def _broken_dataset(tmp_path, coco128, broken: str):
     return images
 
 
+@pytest.mark.slow
 def test_failing_worker_stops_training_with_its_traceback(tmp_path, coco128):
     # The trainer's probe batch reads the first images in file order; this one comes later.
     broken = "000000000400.jpg"
@@ -108,6 +119,7 @@ def test_failing_worker_stops_training_with_its_traceback(tmp_path, coco128):
     assert not alive(run.seen), "child processes left behind"
 
 
+@pytest.mark.slow
 def test_killed_worker_is_noticed(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, val_iter=0, snapshot=100000)
     run = Training(config_dir)
@@ -128,6 +140,7 @@ def test_killed_worker_is_noticed(tmp_path, coco128):
     assert not alive(run.seen)
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_loadable_snapshot_and_exits(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=5)
     run = Training(config_dir)
@@ -161,6 +174,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
     path = tmp_path / "snap.pkl"
     for delay in (0.3, 0.45, 0.6, 0.8):
@@ -176,11 +190,12 @@ def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
         p.name.startswith(".") for p in tmp_path.iterdir() if p.name != "snap.pkl")
 
 
+@pytest.mark.slow
 def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128):
     common = {"max_iter": 3, "snapshot": 3, "val_iter": 0, "batch_size": 4}
     one = write_config(tmp_path / "one", coco128, chunk_sizes=[2, 2], **common)
     two = write_config(tmp_path / "two", coco128, **common)
-    single = run_train(one)
+    single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
     double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2")
     assert double.returncode == 0, double.stdout + double.stderr
@@ -196,10 +211,11 @@ def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coc
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5, msg=key)
 
 
+@pytest.mark.slow  # trains in-process until the loss overflows
 def test_non_finite_loss_stops_naming_iteration_and_terms(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, learning_rate=1e30, max_iter=50, val_iter=0,
                               snapshot=1000)
-    result = run_train(config_dir)
+    result = run_train(config_dir, inproc=True)
     assert result.returncode == 1
     message = result.stderr
     assert "the loss is not finite" in message
@@ -215,23 +231,24 @@ def test_unknown_config_key_fails_before_any_process(tmp_path, coco128):
     config = json.loads(path.read_text())
     config["system"]["learning_rat"] = 0.1
     path.write_text(json.dumps(config))
-    result = run_train(config_dir)
+    result = run_train(config_dir, inproc=True)
     assert result.returncode == 2
     assert "learning_rat" in result.stderr and "learning_rate" in result.stderr
 
 
 def test_missing_snapshot_is_a_clear_error(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128)
-    result = run_train(config_dir, "--iter", "7")
+    result = run_train(config_dir, "--iter", "7", inproc=True)
     assert result.returncode == 2
     assert "no snapshot for iteration 7" in result.stderr
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # six iterations in-process
 def test_skipped_non_finite_steps_still_reach_the_final_snapshot(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, learning_rate=1e30, max_iter=6, val_iter=0,
                               snapshot=3, nonfinite_loss="skip")
-    result = run_train(config_dir)
+    result = run_train(config_dir, inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "non-finite loss" in result.stdout and "step skipped" in result.stdout
     assert load(snapshot(tmp_path, 6))["iteration"] == 6

@@ -1,22 +1,22 @@
-"""Watching a real training run (train.py subprocesses, tiny model on coco128): the metrics file
-across a SIGTERM and `--iter latest`, TensorBoard beside it, the data-only dry run."""
+"""Watching a real training run (tiny model on coco128): the metrics file across a SIGTERM and
+`--iter latest`, TensorBoard beside it, the data-only dry run, AP during training.
+
+The SIGTERM comes from outside, so that run is a process of its own, as is the spawn launcher's;
+every other train.py and test.py run goes through its command line in this process
+(`run_train(..., inproc=True)`, `run_script`)."""
 
 from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from core.engine.metrics import read_lines
+from tests._inproc import run_script
 from tests._train_helpers import REPO, interrupted, run_train, write_config
-
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
 
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
@@ -28,6 +28,7 @@ def metrics_file(tmp_path):
     return tmp_path / "cache" / "nnet" / NAME / "metrics.jsonl"
 
 
+@pytest.mark.slow  # a train.py process stopped by SIGTERM, then resumed in-process
 def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=12, snapshot=4, val_iter=3,
                               display=1)
@@ -38,7 +39,7 @@ def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_p
     # A later crash may have left lines past the snapshot; they must not survive a resume.
     with open(metrics_file(tmp_path), "a") as handle:
         handle.write('{"iteration": 99, "loss": 1.0}\n{"iteration": 100, "lo')
-    resumed = run_train(config_dir, "--iter", "latest")
+    resumed = run_train(config_dir, "--iter", "latest", inproc=True)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert f"continuing from snapshot {stopped}" in resumed.stdout
     lines = read_lines(metrics_file(tmp_path))
@@ -55,13 +56,14 @@ def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_p
     assert times == sorted(times) and times[stopped] > times[stopped - 1] > 0
 
 
+@pytest.mark.slow  # four iterations in-process
 def test_tensorboard_events_match_the_metrics_file(tmp_path, coco128):
     pytest.importorskip("tensorboard", reason="the tensorboard extra is not installed")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     config_dir = write_config(tmp_path, coco128, max_iter=4, snapshot=4, val_iter=0,
                               display=2)
-    result = run_train(config_dir)
+    result = run_train(config_dir, inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     events = EventAccumulator(str(metrics_file(tmp_path).parent / "tb"))
     events.Reload()
@@ -72,9 +74,10 @@ def test_tensorboard_events_match_the_metrics_file(tmp_path, coco128):
                           for line in lines], key
 
 
+@pytest.mark.slow  # five batches read by the workers: real data work, 1-5 s
 def test_dry_run_prints_its_figures_and_trains_nothing(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128)
-    result = run_train(config_dir, "--dry-run", "5")
+    result = run_train(config_dir, "--dry-run", "5", inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "dry run: 5 batches" in result.stdout
     for words in ("images/s", "bytes", "reading", "augmenting", "queueing"):
@@ -95,10 +98,11 @@ def shapes_config(tmp_path, **system) -> Path:
     return folder
 
 
+@pytest.mark.slow  # 60 iterations and three evaluations in-process
 def test_ap_during_training_picks_the_best_snapshot_and_test_py_reproduces_it(tmp_path):
     config_dir = shapes_config(tmp_path, max_iter=60, eval_iter=20, snapshot=20, display=10,
                                val_iter=0, batch_size=8, learning_rate=0.002)
-    result = run_train(config_dir, name="CornerNet_Tiny")
+    result = run_train(config_dir, name="CornerNet_Tiny", inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     folder = tmp_path / "cache" / "nnet" / "CornerNet_Tiny"
     lines = read_lines(folder / "metrics.jsonl")
@@ -114,16 +118,15 @@ def test_ap_during_training_picks_the_best_snapshot_and_test_py_reproduces_it(tm
     assert best["best"] == {"iteration": best_it, "AP": aps[best_it]}
     assert best["iteration"] == best_it
 
-    tested = subprocess.run(
-        [sys.executable, str(REPO / "test.py"), "CornerNet_Tiny", "--testiter", "best",
-         "--config-dir", str(config_dir), "--device", "cpu"],
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
+    tested = run_script("test.py", "CornerNet_Tiny", "--testiter", "best", "--config-dir",
+                        config_dir, "--device", "cpu")
     assert tested.returncode == 0, tested.stdout + tested.stderr
     metrics = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "best" / "val" /
                           "metrics.json").read_text())
     assert metrics["metrics"]["AP"] == pytest.approx(aps[best_it], abs=1e-12)
 
 
+@pytest.mark.slow  # the spawn launcher's two ranks, then test.py in-process
 def test_two_processes_split_the_evaluation_and_score_every_image(tmp_path):
     config_dir = shapes_config(tmp_path, max_iter=20, eval_iter=20, snapshot=20, display=10,
                                val_iter=0, batch_size=8, learning_rate=0.002)
@@ -136,10 +139,8 @@ def test_two_processes_split_the_evaluation_and_score_every_image(tmp_path):
     line = read_lines(tmp_path / "cache" / "nnet" / "CornerNet_Tiny" / "metrics.jsonl")[-1]
     assert line["iteration"] == 20 and line["AP"] == scored["metrics"]["AP"]
 
-    tested = subprocess.run(
-        [sys.executable, str(REPO / "test.py"), "CornerNet_Tiny", "--testiter", "20",
-         "--config-dir", str(config_dir), "--device", "cpu", "--no-resume"],
-        capture_output=True, text=True, cwd=REPO, check=False, timeout=300)
+    tested = run_script("test.py", "CornerNet_Tiny", "--testiter", "20", "--config-dir",
+                        config_dir, "--device", "cpu", "--no-resume")
     assert tested.returncode == 0, tested.stdout + tested.stderr
     again = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
                         "metrics.json").read_text())

@@ -1,0 +1,157 @@
+"""Run a script (train.py, test.py, demo.py, a tool) in this process, as `python <script>` would.
+
+A real process pays a new interpreter's start on every run: torch and cv2 imported again, the
+forkserver of the prefetch workers started again. That start, not the training, was nearly all
+of the 7-13 s of each script test. `run_script` executes the script's file as `__main__` in the
+test process (what `runpy` does for `python -m`), with its own command line, environment and
+working folder, and gives back what `subprocess.run(..., capture_output=True, text=True)` gives:
+`returncode` (from `sys.exit`, 0 when the script returns, 1 for an exception that escapes, as
+the interpreter would), `stdout` and `stderr`.
+
+What one run changes for the whole process is put back afterwards: signal handlers and the
+signal mask (train.py's early catch), torch's thread count, determinism flags and random
+states, numpy's and Python's random states, the environment, the working folder, `sys.argv`,
+warning filters and root logging handlers, and the snapshot-folder locks (released at exit
+in a real process).
+
+What a process of its own still owns, and is still tested with one: signals sent from outside,
+a killed or hung process, the exit of child processes with their parent, the launchers
+(spawn, torchrun, srun) and anything a process's own start-up does. The prefetch workers are
+real processes here too, forked from the one forkserver this test process keeps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import random
+import runpy
+import signal
+import sys
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass
+class Completed:
+    """The result of one in-process run, as subprocess.CompletedProcess names it."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float = field(default=0.0)
+
+
+def _status(code: object, stderr: io.StringIO) -> int:
+    """The exit status `sys.exit(code)` gives a process: None 0, an int itself, else 1 with the
+    object printed to stderr (as the interpreter does for `sys.exit("message")`)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=stderr)
+    return 1
+
+
+class _Saved:
+    """The process-wide state a script may change, captured before and restored after it."""
+
+    def __init__(self) -> None:
+        self.handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        self.threads = torch.get_num_threads()
+        self.deterministic = torch.are_deterministic_algorithms_enabled()
+        self.warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        self.cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+        self.torch_rng = torch.get_rng_state()
+        self.np_rng = np.random.get_state()
+        self.py_rng = random.getstate()
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+        self.argv = list(sys.argv)
+        self.log_handlers = list(logging.getLogger().handlers)
+        self.log_level = logging.getLogger().level
+
+    def restore(self) -> None:
+        from core.utils import lock
+        lock.release_all()  # a process releases its locks when it ends
+        for sig, handler in self.handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+        torch.set_num_threads(self.threads)
+        # Only when changed: the call imports torch._dynamo and inductor (3-20 s) the first time.
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != (self.deterministic,
+                                                                          self.warn_only):
+            torch.use_deterministic_algorithms(self.deterministic, warn_only=self.warn_only)
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = self.cudnn
+        torch.set_rng_state(self.torch_rng)
+        np.random.set_state(self.np_rng)
+        random.setstate(self.py_rng)
+        os.environ.clear()
+        os.environ.update(self.environ)
+        os.chdir(self.cwd)
+        sys.argv[:] = self.argv
+        root = logging.getLogger()
+        root.handlers[:] = self.log_handlers
+        root.setLevel(self.log_level)
+
+
+def run_script(script: str | Path, *args: object, env: dict[str, str] | None = None,
+               cwd: Path | None = None, threads: int | None = None) -> Completed:
+    """`python <script> <args>` in this process; returns its status and output.
+
+    Args:
+        script: a path relative to the repository (`"train.py"`, `"tools/export.py"`) or
+            absolute.
+        env: variables set for the run (on top of this process's environment).
+        cwd: the working folder (default: the repository, as the subprocess helpers use).
+        threads: torch's thread count during the run; default `OMP_NUM_THREADS` of `env`,
+            else 1: the script tests' processes ran with OMP_NUM_THREADS=1, and runs compared
+            with each other must sum in the same order.
+    """
+    path = Path(script) if Path(script).is_absolute() else ROOT / script
+    argv = [str(path), *map(str, args)]
+    env = dict(env or {})
+    saved = _Saved()
+    out, err = io.StringIO(), io.StringIO()
+    start = time.perf_counter()
+    try:
+        os.environ.update(env)
+        os.chdir(cwd or ROOT)
+        sys.argv[:] = argv
+        torch.set_num_threads(threads or int(env.get("OMP_NUM_THREADS", "1")))
+        # Logging as a fresh process has it: no root handler (pytest's capture handler would
+        # swallow the records), so a warning reaches logging's last resort, which writes to
+        # the sys.stderr of the moment: the run's captured stderr.
+        logging.getLogger().handlers[:] = []
+        logging.getLogger().setLevel(logging.WARNING)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(err):
+            try:
+                runpy.run_path(str(path), run_name="__main__")
+                status = 0
+            except SystemExit as exit_:
+                status = _status(exit_.code, err)
+            except KeyboardInterrupt:
+                traceback.print_exc(file=err)
+                status = 128 + signal.SIGINT
+            except Exception:  # noqa: BLE001 - what the interpreter does with an escaping error
+                traceback.print_exc(file=err)
+                status = 1
+    finally:
+        saved.restore()
+    seconds = time.perf_counter() - start
+    return Completed([sys.executable, *argv], status, out.getvalue(), err.getvalue(), seconds)
