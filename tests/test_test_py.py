@@ -1,4 +1,7 @@
-"""test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
+"""test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU.
+
+test.py runs in the test process (`inproc`) except where a process of its own is what is
+tested: a stop by SIGTERM, SIGINT twice or SIGKILL (those tests are `slow`)."""
 
 import importlib.util
 import json
@@ -7,18 +10,17 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import cv2
 import numpy as np
 import pytest
-from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
 from core.config import load_config
 from core.inference.coco_eval import METRIC_NAMES
-
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
+from core.inference.journal import Journal
 
 
 @pytest.fixture
@@ -30,8 +32,8 @@ def cli(tiny_coco, *args, **env):
     """test.py on the tiny config; its snapshot is iteration 0 unless `args` name another."""
     if "--testiter" not in args:
         args = ("--testiter", 0, *args)
-    return run("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
-               *args, **env)
+    return inproc("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device",
+                  "cpu", *args, **env)
 
 
 def out_dir(root, split="val"):
@@ -117,6 +119,20 @@ def _interrupt_after(tiny_coco, images, stop):
     return process.returncode, stderr
 
 
+def _journal_left(tiny_coco, monkeypatch, images, keep):
+    """The journal test.py writes on `images` images, cut after `keep` of them as a kill
+    leaves it: test.py runs in this process to its end with the journal's removal held back."""
+    monkeypatch.setattr(Journal, "remove", Journal.close)
+    done = cli(tiny_coco, "--images", images)
+    monkeypatch.undo()
+    assert done.returncode == 0, done.stderr
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    lines = journal.read_bytes().split(b"\n")
+    assert len(lines) == images + 2  # header, one line per image, the empty after the last
+    journal.write_bytes(b"\n".join(lines[:keep + 1]) + b"\n")
+    return journal
+
+
 def _metrics(root):
     folder = out_dir(root)
     return (json.loads((folder / "metrics.json").read_text()),
@@ -132,6 +148,7 @@ def uninterrupted(coco128, tmp_path_factory):
     return _metrics(root)
 
 
+@pytest.mark.slow  # a process stopped from outside
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterrupted, how):
     root = make_tiny_coco(coco128, tmp_path, test_scales=[0.5])
@@ -153,10 +170,9 @@ def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterr
     assert metrics["num_images"] == 10
 
 
-def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco):
-    journal = out_dir(tiny_coco) / "partial.jsonl"
-    code, _ = _interrupt_after(tiny_coco, 12, lambda p: p.kill())
-    assert code == -signal.SIGKILL and journal.is_file()
+def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco, monkeypatch):
+    journal = _journal_left(tiny_coco, monkeypatch, 12, 3)
+    assert journal.is_file()
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["top_k"] = 10
     (tiny_coco / "configs" / "CocoTiny.json").write_text(json.dumps(config))
@@ -168,12 +184,10 @@ def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco):
 
 # ---- failing before the long part -------------------------------------------------------
 
-def test_missing_evaluator_stops_before_loading_the_network(tiny_coco, tmp_path):
-    fake = tmp_path / "no_evaluator"
-    for package in ("faster_coco_eval", "pycocotools"):
-        (fake / package).mkdir(parents=True)
-        (fake / package / "__init__.py").write_text(f"raise ImportError('no {package}')\n")
-    done = cli(tiny_coco, PYTHONPATH_FIRST=str(fake))
+def test_missing_evaluator_stops_before_loading_the_network(tiny_coco, monkeypatch):
+    for package in ("faster_coco_eval", "pycocotools"):  # None in sys.modules: ImportError
+        monkeypatch.setitem(sys.modules, package, None)
+    done = cli(tiny_coco)
     one_line_error(done, 2, "faster-coco-eval", "'coco' extra")
     assert "loading" not in done.stdout
 
@@ -199,7 +213,7 @@ def test_traceback_only_when_asked(tiny_coco):
 
 def test_bad_usage_exits_2(tiny_coco):
     assert cli(tiny_coco, "--images", 0).returncode == 2
-    one_line_error(run("test.py", "NoSuchConfig"), 2, "NoSuchConfig")
+    one_line_error(inproc("test.py", "NoSuchConfig"), 2, "NoSuchConfig")
 
 
 # ---- unreadable images and test-dev -------------------------------------------------------
@@ -241,6 +255,7 @@ def test_testdev_as_downloaded(coco128, tmp_path):
     assert not (out_dir(root, "testdev") / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a process stopped from outside
 def test_ctrl_c_twice_stops_quietly(tiny_coco):
     def two_interrupts(process):
         process.send_signal(signal.SIGINT)
@@ -262,12 +277,10 @@ def test_results_never_leave_the_results_folder(tiny_coco):
         test_script.result_folder(args, system_config, 0, "../../../elsewhere")
 
 
-def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
+def test_a_damaged_journal_line_is_named_and_redone(tiny_coco, monkeypatch):
     """A journal line edited by hand (or a flipped byte) made every rerun fail; now the rerun
     names the file and the line, redoes from there and says how to start afresh."""
-    journal = out_dir(tiny_coco) / "partial.jsonl"
-    code, _ = _interrupt_after(tiny_coco, 8, lambda p: p.kill())
-    assert code == -signal.SIGKILL
+    journal = _journal_left(tiny_coco, monkeypatch, 8, 3)
     lines = journal.read_bytes().split(b"\n")
     lines[2] = b'{"id": "not a number", "dets": {}}'  # the second image
     lines[3] = b"\xff" + lines[3]
