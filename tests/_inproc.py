@@ -91,7 +91,11 @@ class _Saved:
             signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
         torch.set_num_threads(self.threads)
-        torch.use_deterministic_algorithms(self.deterministic, warn_only=self.warn_only)
+        # Only when changed: the call imports torch._dynamo and inductor (3-20 s) the first time.
+        if (torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled()) != (self.deterministic,
+                                                                          self.warn_only):
+            torch.use_deterministic_algorithms(self.deterministic, warn_only=self.warn_only)
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = self.cudnn
         torch.set_rng_state(self.torch_rng)
         np.random.set_state(self.np_rng)
