@@ -4,12 +4,11 @@ round-trip through JSON; numpy images equal their files; --set is checked like t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from _inproc import run_script
 from _tiny_coco import ROOT, make_tiny_coco
 
 import test as test_script
@@ -125,11 +124,8 @@ def test_set_with_a_typo_names_the_closest_key():
         2, [255, 255], "sgd")
 
 
-@pytest.mark.slow
 def test_set_typo_is_one_line_and_exit_2_from_train_py():
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "CornerNet_Tiny", "--set",
-                           "system.batchsize=8"], check=False, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = run_script("train.py", "CornerNet_Tiny", "--set", "system.batchsize=8")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [(
         "error: --set system.batchsize=8: unknown key system.batchsize; did you mean "
