@@ -8,13 +8,13 @@ process's own start) and the second test.py on a folder in use (two processes): 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
 from _tiny_coco import ROOT, inproc, make_tiny_coco, run
+from _tools import load_tool
 
 from core.config.rules import unit_interval
 from core.utils import lock
@@ -34,12 +34,6 @@ class Hide:
 
 sys.meta_path.insert(0, Hide())
 """
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 TOOLS = ["tools/analyze_model.py", "tools/analyze_results.py", "tools/export.py",
          "tools/plot_metrics.py", "tools/submit.py", "train.py", "test.py", "demo.py"]
