@@ -1,7 +1,9 @@
 """test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU.
 
 test.py runs in the test process (`inproc`) except where a process of its own is what is
-tested: a stop by SIGTERM, SIGINT twice or SIGKILL (those tests are `slow`)."""
+tested: a stop by SIGTERM, SIGINT twice or SIGKILL. Those, and the in-process runs that take
+more than about 2 s of CPU (a whole run to its metrics), are `slow`; the one-line mistakes are
+the inner loop's."""
 
 import importlib.util
 import json
@@ -49,6 +51,7 @@ def one_line_error(done, code, *words):
         assert word in lines[0]
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_writes_results_metrics_and_a_summary_line(tiny_coco):
     done = cli(tiny_coco, "--images", 2)
     assert done.returncode == 0, done.stderr
@@ -65,6 +68,7 @@ def test_writes_results_metrics_and_a_summary_line(tiny_coco):
     assert not (out_dir(tiny_coco) / "partial.jsonl").exists()  # the journal of a finished run
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_vis_draws_that_many_pictures_with_ground_truth(tiny_coco, coco128):
     done = cli(tiny_coco, "--images", 4, "--vis", 3, "--vis-thresh", 0.0)
     assert done.returncode == 0, done.stderr
@@ -73,6 +77,7 @@ def test_vis_draws_that_many_pictures_with_ground_truth(tiny_coco, coco128):
     assert all(cv2.imread(str(p)) is not None for p in pictures)
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_vis_draws_ground_truth_in_white(tiny_coco, coco128):
     # Nothing scores above 1: only the ground truth is drawn. The largest box of image 529 is
     # [17.66, 238.87, 362.2, 348.54] (x, y, w, h); its top edge is grey in the photo.
@@ -84,6 +89,7 @@ def test_vis_draws_ground_truth_in_white(tiny_coco, coco128):
     assert photo[edge].mean() < 200 and drawn[edge].mean() > 235
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["test_scales"] = [0.25, 0.5]
@@ -93,6 +99,7 @@ def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
     assert (out_dir(tiny_coco) / "two_scales" / "metrics.json").is_file()
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_batched_run_scores_every_image(tiny_coco):
     done = cli(tiny_coco, "--images", 5, "--batch", 3)
     assert done.returncode == 0, done.stderr
@@ -170,6 +177,7 @@ def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterr
     assert metrics["num_images"] == 10
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco, monkeypatch):
     journal = _journal_left(tiny_coco, monkeypatch, 12, 3)
     assert journal.is_file()
@@ -218,6 +226,7 @@ def test_bad_usage_exits_2(tiny_coco):
 
 # ---- unreadable images and test-dev -------------------------------------------------------
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_unreadable_image_is_a_counted_miss(coco128, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(coco128 / "images", images, symlinks=True)
@@ -277,6 +286,7 @@ def test_results_never_leave_the_results_folder(tiny_coco):
         test_script.result_folder(args, system_config, 0, "../../../elsewhere")
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_a_damaged_journal_line_is_named_and_redone(tiny_coco, monkeypatch):
     """A journal line edited by hand (or a flipped byte) made every rerun fail; now the rerun
     names the file and the line, redoes from there and says how to start afresh."""
@@ -294,6 +304,7 @@ def test_a_damaged_journal_line_is_named_and_redone(tiny_coco, monkeypatch):
     assert json.loads((out_dir(tiny_coco) / "metrics.json").read_text())["num_images"] == 8
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_system_snapshot_name_is_where_the_snapshots_are_found(tiny_coco):
     """train.py, demo.py and plot_metrics read snapshots under system.snapshot_name; test.py
     used the config name and found none of that run's snapshots."""
