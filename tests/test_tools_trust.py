@@ -87,6 +87,7 @@ def test_analyze_model_on_a_size_the_model_cannot_take_names_the_sizes_that_fit(
     assert "use 127 or 255" in lines[0]
 
 
+@pytest.mark.slow  # in-process, but a whole test.py run first: 3 s of CPU
 def test_analyze_results_on_a_damaged_results_file_is_one_line(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
     tested = inproc("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
