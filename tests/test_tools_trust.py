@@ -2,8 +2,8 @@
 checkout without `pip install -e .`.
 
 The scripts run in the test process (`inproc`) except the start from a bare checkout (a
-process's own start) and the second test.py on a folder in use (two processes): those are
-`slow`."""
+process's own start) and the second test.py on a folder in use (two processes): those, and
+in-process runs above about 2 s, are `slow`."""
 
 from __future__ import annotations
 
