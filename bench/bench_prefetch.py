@@ -1,6 +1,6 @@
 """Images/s delivered to the trainer through the real prefetch path, and the data-wait share.
 
-    python bench/bench_prefetch.py [--batches 40] [--tiny-iters 60]
+    python bench/bench_prefetch.py [--batches 40] [--tiny-iters 60] [--workers 1 2]
 
 1. For the CornerNet and CornerNet-Squeeze configs on ../shared/data/coco128 (batch 8 per step),
    the trainer's side of core.data.prefetch with 1 and 2 workers and no model: images/s after a
@@ -75,11 +75,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--tiny-iters", type=int, default=60)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="the worker counts measured for each config")
     args = parser.parse_args()
     if not COCO128.is_dir():
         sys.exit(f"coco128 not found at {COCO128}")
     for name in ("CornerNet_Squeeze", "CornerNet"):
-        for workers in (1, 2):
+        for workers in args.workers:
             rate = delivered(name, workers, args.batches, args.batch_size)
             print(f"{name:18s} workers={workers}: {rate:7.1f} images/s delivered")
     print(f"CornerNet_Tiny CPU training ({args.tiny_iters} iterations): waiting for data "

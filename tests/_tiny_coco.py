@@ -1,5 +1,6 @@
-"""A CornerNet_Tiny config on coco128's val split with a snapshot at iteration 0, and a runner
-for the command-line scripts."""
+"""A CornerNet_Tiny config on coco128's val split with a snapshot at iteration 0, and runners
+for the command-line scripts: `inproc` in the test process (tests/_inproc.py), `run` as a
+process of its own (for what only a process has: signals, kills, its own start)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 import torch
+from _inproc import Completed, run_script
 
 from core.config import load_config
 from core.dbs import datasets
@@ -63,3 +65,8 @@ def script_env(**extra: str) -> dict[str, str]:
 def run(name: str, *args: object, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(script(name, *args), check=False, capture_output=True, text=True,
                           timeout=300, cwd=ROOT, env=script_env(**env))
+
+
+def inproc(name: str, *args: object, **env: str) -> Completed:
+    """`run` in this process: the same status and output without a new interpreter's start."""
+    return run_script(name, *args, env=env)

@@ -3,6 +3,7 @@ finds it), and a small thread budget for CPU tests."""
 
 import pytest
 import torch
+from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
 from bench._shared import coco128_dir, looked_in, reference_dir

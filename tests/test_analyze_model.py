@@ -23,6 +23,7 @@ from analyze_model import analyze
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 
 
+@pytest.mark.parity  # builds the full-size networks
 @pytest.mark.parametrize("name", ["CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade"])
 def test_parameter_counts_equal_the_original_state_dict_manifest(reference, name):
     manifest = json.loads((reference / f"{name}.state_dict.json").read_text())

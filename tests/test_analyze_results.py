@@ -1,18 +1,21 @@
-"""tools/analyze_results.py on a test.py results folder of coco128 (real images)."""
+"""tools/analyze_results.py on a test.py results folder of coco128 (real images).
+
+test.py runs in the test process; the breakdown is analyze_results.py's one real process
+(`slow`), its one-line mistake runs in-process."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-from _tiny_coco import make_tiny_coco, run
+from _tiny_coco import inproc, make_tiny_coco, run
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # analyze_results.py's real process
 def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
-    tested = run("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
-                 "--images", 6, "--device", "cpu")
+    tested = inproc("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
+                    "--images", 6, "--device", "cpu")
     assert tested.returncode == 0, tested.stderr
     done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
                "--testiter", 0, "--score-thresh", 0.0)
@@ -37,11 +40,10 @@ def test_writes_the_breakdown_the_matrix_and_its_picture(coco128, tmp_path):
     assert set(analysis["shuffled_labels"]) == set(analysis["overall"])
 
 
-@pytest.mark.slow
 def test_a_missing_results_folder_is_one_line_naming_test_py(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
-    done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
-               "--testiter", 7)
+    done = inproc("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
+                  "--testiter", 7)
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "python test.py CocoTiny --testiter 7" in \
         done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -4,12 +4,12 @@ round-trip through JSON; numpy images equal their files; --set is checked like t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import cv2
 import numpy as np
 import pytest
 import torch
+from _inproc import run_script
 from _tiny_coco import ROOT, make_tiny_coco
 
 import test as test_script
@@ -29,6 +29,7 @@ def snapshot_of(root):
     return root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.pkl"
 
 
+@pytest.mark.slow  # test.py's main and a detector: 7 s of CPU
 def test_detector_from_the_snapshot_alone_gives_test_py_detections(tiny, coco128):
     args = test_script.parse_args(["CocoTiny", "--testiter", "0", "--device", "cpu",
                                    "--config-dir", str(tiny / "configs"), "--images", "3",
@@ -79,10 +80,16 @@ def test_a_numpy_image_equals_its_file(tiny, coco128):
     np.testing.assert_array_equal(from_array.classes, from_file.classes)
 
 
+@pytest.mark.slow  # nine detections: 7 s of CPU
 def test_a_list_a_folder_and_a_glob_give_one_result_per_image(tiny, coco128, tmp_path):
     detector = Detector.from_snapshot(snapshot_of(tiny), device="cpu")
-    images = sorted((coco128 / "images").iterdir())[:3]
+    # Three coco128 pictures at 80x60: what is checked is which images come out, in which
+    # order.
+    images = [tmp_path / "list" / p.name for p in sorted((coco128 / "images").iterdir())[:3]]
+    images[0].parent.mkdir()
     for image in images:
+        picture = cv2.resize(read_image(coco128 / "images" / image.name), (80, 60))
+        cv2.imwrite(str(image), picture)
         (tmp_path / image.name).write_bytes(image.read_bytes())
     by_list = [r.source for r in detector.predict([str(p) for p in images])]
     by_folder = [r.source for r in detector.predict(tmp_path)]
@@ -125,11 +132,8 @@ def test_set_with_a_typo_names_the_closest_key():
         2, [255, 255], "sgd")
 
 
-@pytest.mark.slow
 def test_set_typo_is_one_line_and_exit_2_from_train_py():
-    done = subprocess.run([sys.executable, str(ROOT / "train.py"), "CornerNet_Tiny", "--set",
-                           "system.batchsize=8"], check=False, capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+    done = run_script("train.py", "CornerNet_Tiny", "--set", "system.batchsize=8")
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [(
         "error: --set system.batchsize=8: unknown key system.batchsize; did you mean "
@@ -174,6 +178,7 @@ def test_the_readme_is_a_front_door_linking_every_docs_page():
         assert f"(docs/{page.name})" in readme, page.name
 
 
+@pytest.mark.slow  # test.py's main: 4.5 s of CPU
 def test_test_py_names_decode_with_the_weight_average(tiny, capsys):
     """The averaged weights are loaded into the model that the decode timer watches."""
     snapshot = torch.load(snapshot_of(tiny), weights_only=True)

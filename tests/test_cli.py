@@ -1,5 +1,8 @@
 """core.engine.cli: one table from an error to its exit status and message, the same in every
-script and under every launcher; CORNERNET_DEBUG adds the traceback only when true."""
+script and under every launcher; CORNERNET_DEBUG adds the traceback only when true.
+
+The scripts run in the test process (`inproc`); train.py under the spawn launcher is a real
+process tree (`slow`)."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from core.nnet.checkpoint import SnapshotMissing
 from core.nnet.py_factory import NonFiniteLoss
 from core.utils.files import DiskFull, NotWritable
 from core.utils.images import ImageReadError
-from tests._tiny_coco import make_tiny_coco, run
-from tests._train_helpers import run_train, write_config
+from tests._tiny_coco import inproc, make_tiny_coco
+from tests._train_helpers import run_train, train_cmd, write_config
 from tests.test_faults import one_line_error
 
 
@@ -67,21 +70,29 @@ def no_train_annotations(tmp_path, coco128):
     return folder, missing
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("launcher", [(), ("--distributed", "--world-size", "1",
-                                           "--procs-per-node", "2")], ids=["plain", "spawn-2"])
-def test_train_py_missing_annotation_file_is_one_line_under_every_launcher(
-        no_train_annotations, launcher):
+def train_inproc(folder, **env):
+    """train.py on the Tiny128 config of `folder` (as `run_train` starts it) in this process."""
+    return inproc(*train_cmd(folder)[1:], OMP_NUM_THREADS="1", **env)
+
+
+def test_train_py_missing_annotation_file_is_one_line(no_train_annotations):
     folder, missing = no_train_annotations
-    one_line_error(run_train(folder, "--device", "cpu", *launcher, timeout=120),
-             "annotation file not found", str(missing))
+    one_line_error(train_inproc(folder), "annotation file not found", str(missing))
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a launcher's real processes
+def test_train_py_missing_annotation_file_is_one_line_under_the_spawn_launcher(
+        no_train_annotations):
+    folder, missing = no_train_annotations
+    one_line_error(run_train(folder, "--device", "cpu", "--distributed", "--world-size", "1",
+                             "--procs-per-node", "2", timeout=120),
+                   "annotation file not found", str(missing))
+
+
 def test_train_py_debug_zero_shows_no_traceback_and_one_shows_it(no_train_annotations):
     folder, _ = no_train_annotations
-    one_line_error(run_train(folder, "--device", "cpu", env={"CORNERNET_DEBUG": "0"}, timeout=120))
-    loud = run_train(folder, "--device", "cpu", env={"CORNERNET_DEBUG": "1"}, timeout=120)
+    one_line_error(train_inproc(folder, CORNERNET_DEBUG="0"))
+    loud = train_inproc(folder, CORNERNET_DEBUG="1")
     assert loud.returncode == 2 and "Traceback" in loud.stderr, loud.stderr
 
 
@@ -96,20 +107,19 @@ def tiny_without_val_annotations(coco128, tmp_path):
     return folder, missing
 
 
-@pytest.mark.slow
 def test_test_py_missing_annotation_file_is_one_line_error(tiny_without_val_annotations):
     folder, missing = tiny_without_val_annotations
     args = ("CocoTiny", "--testiter", 0, "--config-dir", folder / "configs", "--device", "cpu")
-    one_line_error(run("test.py", *args, CORNERNET_DEBUG="0"), "annotation file not found",
-             str(missing))
-    assert "Traceback" in run("test.py", *args, CORNERNET_DEBUG="1").stderr
+    one_line_error(inproc("test.py", *args, CORNERNET_DEBUG="0"), "annotation file not found",
+                   str(missing))
+    assert "Traceback" in inproc("test.py", *args, CORNERNET_DEBUG="1").stderr
 
 
-@pytest.mark.slow
 def test_demo_py_missing_annotation_file_it_names_is_one_line_error(tiny_without_val_annotations,
                                                                coco128, tmp_path):
     folder, missing = tiny_without_val_annotations
     image = min((coco128 / "images").iterdir())
-    one_line_error(run("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", folder / "configs",
-                 "--images", image, "--out", tmp_path / "out", "--device", "cpu"),
-             "annotation file not found", str(missing))
+    one_line_error(inproc("demo.py", "CocoTiny", "--testiter", 0, "--config-dir",
+                          folder / "configs", "--images", image, "--out", tmp_path / "out",
+                          "--device", "cpu"),
+                   "annotation file not found", str(missing))

@@ -1,16 +1,16 @@
-"""demo.py: pictures of the user's own files, never over an input, one line per mistake."""
+"""demo.py: pictures of the user's own files, never over an input, one line per mistake.
+
+demo.py runs in the test process (`inproc`); the read-only --out, which needs a mount
+namespace, is demo.py's one real process (`slow`)."""
 
 import shutil
 import subprocess
 
 import cv2
 import pytest
-from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
 from demo import output_files
-
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
@@ -19,8 +19,8 @@ def tiny_coco(coco128, tmp_path):
 
 
 def demo(root, *args):
-    return run("demo.py", "CocoTiny", "--testiter", 0, "--thresh", 0.0, "--device", "cpu",
-               "--config-dir", root / "configs", *args)
+    return inproc("demo.py", "CocoTiny", "--testiter", 0, "--thresh", 0.0, "--device", "cpu",
+                  "--config-dir", root / "configs", *args)
 
 
 def photos(coco128, folder, names=("000000000529.jpg", "000000000531.jpg")):
@@ -111,13 +111,14 @@ def test_no_readable_input_is_an_error(tiny_coco):
 def test_mistakes_are_one_line(tiny_coco, coco128, args, words):
     if "--testiter" in args:
         args = [*args, "--images", coco128 / "images" / "000000000529.jpg"]
-    done = run("demo.py", "CocoTiny", "--device", "cpu", "--config-dir", tiny_coco / "configs",
-               "--out", tiny_coco / "pictures", *map(str, args))
+    done = inproc("demo.py", "CocoTiny", "--device", "cpu", "--config-dir",
+                  tiny_coco / "configs", "--out", tiny_coco / "pictures", *map(str, args))
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # demo.py's real process
 def test_an_unwritable_out_is_one_line_before_any_image(tiny_coco, coco128):
     """A read-only --out (a mount, as root ignores permissions) is found before the network is
     built and the first image drawn."""

@@ -1,10 +1,10 @@
 """--runtime openvino, the INT8 files and tools/benchmark.py on one exported CornerNet_Tiny.
 
 One snapshot on coco128 (80 classes, `spread_weights`: maps that vary with the image, real
-pairs of class 1) is exported once per module, in-process.
+pairs of class 1) is exported once per session, in-process (`spread_export` in tests/_onnx.py,
+shared with test_onnx_export); this module works on a copy of it.
 """
 
-import importlib.util
 import json
 import sys
 
@@ -13,11 +13,9 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from _onnx import spread_weights
-from _tiny_coco import ROOT, make_tiny_coco
+from _onnx import IMAGE, copy_export, open_db, snapshot_folder
+from _tools import load_tool
 
-from core.config import load_config
-from core.dbs import datasets
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.onnx_runtime import OnnxNetwork
@@ -30,20 +28,11 @@ from core.inference.quantize import (
 )
 from core.inference.runtimes import open_network
 from core.nnet.export import compare_outputs
-from core.nnet.py_factory import NetworkFactory
 
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")
 
-IMAGE = "000000000529.jpg"
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]  # a real export
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
@@ -52,23 +41,11 @@ def ov():
                                                   "'.[openvino]' (OpenVINO tests skipped)")
 
 
-def open_db(root):
-    system_config, db_config = load_config("CocoTiny", root / "configs")
-    return system_config, datasets["COCO"](db_config, split="val", sys_config=system_config)
-
-
 @pytest.fixture(scope="module")
-def exported(coco128, tmp_path_factory):
-    root = make_tiny_coco(coco128, tmp_path_factory.mktemp("deploy"))
-    system_config, db = open_db(root)
-    nnet = NetworkFactory(system_config, db, device="cpu")
-    spread_weights(nnet.model)
-    nnet.save_params(0)
-    export = load_tool("export")
-    path = export.main(export.parse_args(["CocoTiny", "--testiter", "0", "--config-dir",
-                                          str(root / "configs"), "--image",
-                                          str(coco128 / "images" / IMAGE)]))
-    return root, path
+def exported(spread_export, coco128, tmp_path_factory):
+    """(root, ONNX file): this module's copy of the session's export."""
+    root = copy_export(spread_export, coco128, tmp_path_factory.mktemp("deploy"))
+    return root, snapshot_folder(root) / "CocoTiny_0.onnx"
 
 
 def batch_of_two(coco128, db, scale):

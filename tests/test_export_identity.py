@@ -4,12 +4,12 @@ These run without onnx: the identity is plain metadata and the comparison reads 
 file. The end-to-end cases (a real export, test.py refusing it) are in test_onnx_export.py.
 """
 
-import importlib.util
 import json
 
 import pytest
 import torch
-from _tiny_coco import ROOT, make_tiny_coco
+from _tiny_coco import make_tiny_coco
+from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
@@ -115,13 +115,6 @@ def test_an_export_from_before_the_identity_is_refused_with_the_command_to_expor
     with pytest.raises(UsageError, match=r"before exports recorded their snapshot \(no digest, "
                                          r"max_side.*export it again with python tools/export"):
         check_identity(old, tmp_path / "a.onnx", system_config, 0, False)
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("opset", [7, 11, 17, 99, -1])

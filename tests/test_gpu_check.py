@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _inproc import run_script
 
 from bench import _shared
 from bench._plan import Context, bench
@@ -22,8 +23,7 @@ from core.dbs import datasets
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
 def test_without_a_gpu_it_stops_at_once_in_one_line():
-    done = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py")],
-                          capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    done = run_script("bench/gpu_check.py")  # in this process; the rehearsal is its process
     assert done.returncode == 2
     assert done.stderr.startswith("error: gpu_check needs a CUDA GPU")
     assert len(done.stderr.strip().splitlines()) == 1 and done.stdout == ""

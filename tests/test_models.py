@@ -30,7 +30,9 @@ def build(name: str, **kwargs) -> torch.nn.Module:
     return importlib.import_module(f"core.models.{name}").model(**kwargs)
 
 
-@pytest.fixture(scope="module", params=PUBLISHED)
+# The full-size networks: `parity` tests (CI runs them; `-m "not parity"` leaves them out).
+@pytest.fixture(scope="module", params=[pytest.param(name, marks=pytest.mark.parity)
+                                        for name in PUBLISHED])
 def published(request):
     """(name, model filled with the deterministic rule, in eval mode), built once per module."""
     model = build(request.param).eval()
@@ -38,9 +40,10 @@ def published(request):
     return request.param, model
 
 
-@pytest.fixture(scope="module")
-def squeeze():
-    model = build("CornerNet_Squeeze").eval()
+@pytest.fixture(scope="module",
+                params=[pytest.param("CornerNet_Squeeze", marks=pytest.mark.parity)])
+def squeeze(request):
+    model = build(request.param).eval()
     _parity.fill_deterministic(model)
     return model
 

@@ -35,6 +35,7 @@ STD = np.array([0.28863828, 0.27408164, 0.27809835], dtype=np.float32)
 
 
 @pytest.mark.slow
+@pytest.mark.parity  # the full-size networks
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(os.environ.get("CORNERNET_EXPORT_ALL") != "1",
                     reason="80-100 s of CPU per config: set CORNERNET_EXPORT_ALL=1 to run it")

@@ -1,24 +1,24 @@
 """tools/export.py and `--runtime onnxruntime`: the exported graph gives torch's detections.
 
-One CornerNet_Tiny snapshot on coco128 (80 classes) is exported once per module; its weights
-(`spread_weights`) give maps that vary with the image and real pairs of class 1 (person).
+One CornerNet_Tiny snapshot on coco128 (80 classes) is exported once per session
+(`spread_export` in tests/_onnx.py, shared with test_deploy); its weights (`spread_weights`)
+give maps that vary with the image and real pairs of class 1 (person). This module works on a
+copy of it. The scripts (tools/export.py, test.py, demo.py) run in the test process; the
+export's own process is tested in test_onnx_raw_weights.
 """
 
-import importlib.util
 import json
 import shutil
-import subprocess
 
 import cv2
 import numpy as np
 import pytest
 import torch
-from _onnx import spread_weights
-from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+from _onnx import IMAGE, copy_export, open_db
+from _tiny_coco import inproc
+from _tools import load_tool
 
 import demo
-from core.config import load_config
-from core.dbs import datasets
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.onnx_runtime import OnnxNetwork
@@ -31,37 +31,22 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onn
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")
 
-IMAGE = "000000000529.jpg"
 # Exporting takes 30 s of CPU; on a shared machine the wall time can be ten times that.
-EXPORT_TIMEOUT = 1200
-pytestmark = [pytest.mark.timeout(EXPORT_TIMEOUT + 300), pytest.mark.slow]  # real exports
+pytestmark = [pytest.mark.timeout(1500), pytest.mark.slow]  # a real export, test.py runs
 
 
-def export(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run(script("tools/export.py", *args), check=False, capture_output=True,
-                          text=True, timeout=EXPORT_TIMEOUT, cwd=ROOT, env=script_env())
-
-
-def open_db(root):
-    system_config, db_config = load_config("CocoTiny", root / "configs")
-    return system_config, datasets["COCO"](db_config, split="val", sys_config=system_config)
+def export(*args: object):
+    return inproc("tools/export.py", *args)
 
 
 @pytest.fixture(scope="module")
-def exported(coco128, tmp_path_factory):
-    root = make_tiny_coco(coco128, tmp_path_factory.mktemp("onnx"))
-    system_config, db = open_db(root)
-    nnet = NetworkFactory(system_config, db, device="cpu")
-    spread_weights(nnet.model)
-    nnet.save_params(0)
-    done = export("CocoTiny", "--testiter", 0, "--config-dir", root / "configs", "--image",
-                  coco128 / "images" / IMAGE)
-    assert done.returncode == 0, done.stderr
-    return root, done.stdout
+def exported(spread_export, coco128, tmp_path_factory):
+    """(root, export's stdout): this module's copy of the session's export."""
+    return copy_export(spread_export, coco128, tmp_path_factory.mktemp("onnx")), spread_export[1]
 
 
-def test_export_checks_the_file_and_reports_differences_within_tolerance(exported):
-    root, stdout = exported
+def test_export_checks_the_file_and_reports_differences_within_tolerance(spread_export):
+    root, stdout = spread_export  # the export's own folder (read only)
     path = root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx"
     assert "onnx.checker passed" in stdout
     assert IMAGE in stdout and "within the tolerance" in stdout
@@ -102,8 +87,8 @@ def test_test_py_gives_the_same_ap_in_both_runtimes(exported):
     root, _ = exported
     metrics = {}
     for runtime in ("torch", "onnxruntime"):
-        done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
-                   "--device", "cpu", "--images", 12, "--runtime", runtime, "--vis", 2)
+        done = inproc("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                      "--device", "cpu", "--images", 12, "--runtime", runtime, "--vis", 2)
         assert done.returncode == 0, done.stderr
         assert f"({runtime})" in done.stdout and "images/s" in done.stdout
         out = root / "results" / "CocoTiny" / "0" / "val"
@@ -169,8 +154,8 @@ def test_export_without_a_snapshot_is_one_line(exported):
 
 def test_runtime_without_an_exported_file_names_the_export_command(exported):
     root, _ = exported
-    done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
-               "--runtime", "onnxruntime", "--onnx", root / "nowhere.onnx", "--images", 1)
+    done = inproc("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                  "--runtime", "onnxruntime", "--onnx", root / "nowhere.onnx", "--images", 1)
     one_line_error(done, "nowhere.onnx", "python tools/export.py CocoTiny --testiter 0")
 
 
@@ -178,9 +163,9 @@ def test_onnx_file_of_another_config_is_one_line(exported):
     root, _ = exported
     config = json.loads((root / "configs" / "CocoTiny.json").read_text())
     (root / "configs" / "OtherTiny.json").write_text(json.dumps(config))
-    done = run("test.py", "OtherTiny", "--testiter", 0, "--config-dir", root / "configs",
-               "--runtime", "onnxruntime", "--images", 1, "--onnx",
-               root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx")
+    done = inproc("test.py", "OtherTiny", "--testiter", 0, "--config-dir", root / "configs",
+                  "--runtime", "onnxruntime", "--images", 1, "--onnx",
+                  root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx")
     one_line_error(done, "exported from config CocoTiny with 80 classes", "not OtherTiny")
 
 
@@ -196,9 +181,9 @@ def test_truncated_onnx_file_is_one_line(exported):
     whole = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
     cut = root / "cut.onnx"
     cut.write_bytes(whole[:len(whole) // 2])
-    done = run("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
-               "--runtime", "onnxruntime", "--onnx", cut, "--out", root / "cut",
-               "--images", root / "configs" / "CocoTiny.json")
+    done = inproc("demo.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                  "--runtime", "onnxruntime", "--onnx", cut, "--out", root / "cut",
+                  "--images", root / "configs" / "CocoTiny.json")
     one_line_error(done, "cut.onnx is not a readable ONNX file", "tools/export.py")
 
 
@@ -225,8 +210,8 @@ def test_a_retrained_snapshots_stale_export_is_refused_in_one_line(exported):
         with torch.no_grad():
             next(nnet.model.parameters()).add_(0.01)
         nnet.save_params(0)  # iteration 0 trained again; its .onnx is the old one's
-        done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
-                   "--runtime", "onnxruntime", "--images", 1)
+        done = inproc("test.py", "CocoTiny", "--testiter", 0, "--config-dir", root / "configs",
+                      "--runtime", "onnxruntime", "--images", 1)
     finally:
         shutil.copy(root / "kept.pkl", snapshots / "CocoTiny_0.pkl")
     one_line_error(done, "CocoTiny_0.onnx is stale", "iteration 0's earlier weights",
@@ -238,9 +223,9 @@ def test_another_iterations_onnx_is_refused_naming_both_iterations(exported):
     root, _ = exported
     snapshots = root / "cache" / "nnet" / "CocoTiny"
     shutil.copy(snapshots / "CocoTiny_0.pkl", snapshots / "CocoTiny_200.pkl")
-    done = run("test.py", "CocoTiny", "--testiter", 200, "--config-dir", root / "configs",
-               "--runtime", "onnxruntime", "--onnx", snapshots / "CocoTiny_0.onnx",
-               "--images", 1)
+    done = inproc("test.py", "CocoTiny", "--testiter", 200, "--config-dir", root / "configs",
+                  "--runtime", "onnxruntime", "--onnx", snapshots / "CocoTiny_0.onnx",
+                  "--images", 1)
     one_line_error(done, "exported from iteration 0, not iteration 200 (--testiter 200)")
 
 
@@ -256,9 +241,7 @@ def test_a_failing_export_leaves_the_previous_file_and_no_temporary_one(exported
     out = root / "kept" / "CocoTiny_5.onnx"
     out.parent.mkdir()
     out.write_bytes(b"the previous good export")
-    spec = importlib.util.spec_from_file_location("export_tool", ROOT / "tools" / "export.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("export")
     # The graph the export produces is iteration 0's: it cannot reproduce iteration 5's torch
     # outputs, so the check fails for real (and no minutes are spent exporting again).
     old = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()

@@ -2,10 +2,10 @@
 
 One CornerNet_Tiny snapshot trained with a weight average (system.ema_decay) on coco128: its
 trained weights are `spread_weights` (real pairs of class 1), its average lies halfway between
-them and the initial ones. It is exported once per module with --raw-weights.
+them and the initial ones. It is exported once per module with --raw-weights, by
+tools/export.py in the test process; the export killed while it writes is a real process.
 """
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 from _onnx import spread_weights
-from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+from _tiny_coco import ROOT, inproc, make_tiny_coco, script_env
+from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
@@ -51,11 +52,8 @@ def exported(coco128, tmp_path_factory):
     spread_weights(nnet.model)
     nnet.ema.update(nnet.model)  # one step: the average is half initial, half trained
     nnet.save_params(0)
-    done = subprocess.run(script("tools/export.py", "CocoTiny", "--testiter", 0, "--raw-weights",
-                                 "--config-dir", configs(root), "--image",
-                                 coco128 / "images" / IMAGE),
-                          check=False, capture_output=True, text=True, timeout=EXPORT_TIMEOUT,
-                          cwd=ROOT, env=script_env())
+    done = inproc("tools/export.py", "CocoTiny", "--testiter", 0, "--raw-weights",
+                  "--config-dir", configs(root), "--image", coco128 / "images" / IMAGE)
     assert done.returncode == 0, done.stderr
     return root, done.stdout, system_config.snapshot_file(0)
 
@@ -78,8 +76,8 @@ def test_the_raw_export_holds_the_trained_weights_not_their_average(exported):
 
 def evaluate(root, runtime):
     """test.py --raw-weights in `runtime`: (stdout, metrics.json, {image id: detections})."""
-    done = run("test.py", "CocoTiny", "--testiter", 0, "--config-dir", configs(root),
-               "--device", "cpu", "--images", 6, "--runtime", runtime, "--raw-weights")
+    done = inproc("test.py", "CocoTiny", "--testiter", 0, "--config-dir", configs(root),
+                  "--device", "cpu", "--images", 6, "--runtime", runtime, "--raw-weights")
     assert done.returncode == 0, done.stderr
     out = root / "results" / "CocoTiny" / "0" / "val"
     by_image = {}
@@ -160,9 +158,7 @@ def test_a_kill_9_during_the_write_keeps_the_previous_export_and_the_next_remove
     assert out.read_bytes() == b"the previous export"
     assert temps[0].exists()  # a dead writer's: the next export removes it
 
-    spec = importlib.util.spec_from_file_location("export_tool", ROOT / "tools" / "export.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("export")
     monkeypatch.setattr(tool, "export_onnx", lambda *args: (graph, ["detections"]))
     assert tool.main(tool.parse_args(args)) == out
     assert [path.name for path in out.parent.iterdir()] == [out.name]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import cv2
 import pytest
+from _inproc import run_script
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("plot_metrics", REPO / "tools" / "plot_metrics.py")
@@ -136,13 +135,10 @@ def test_without_matplotlib_says_how_to_install_it(tmp_path, capsys, monkeypatch
     assert capsys.readouterr().err == 'error: plotting needs matplotlib: pip install -e ".[plot]"\n'
 
 
-@pytest.mark.slow
 def test_command_line_finds_a_configs_metrics_under_the_cache_dir(tmp_path):
+    """In this process; plot_metrics.py's real process is test_scripts' smoke run."""
     write(tmp_path / "nnet" / "CornerNet_Tiny" / "metrics.jsonl", [training_line(10)])
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "tools/plot_metrics.py", "CornerNet_Tiny",
-                           "--cache-dir", str(tmp_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, check=False)
+    done = run_script("tools/plot_metrics.py", "CornerNet_Tiny", "--cache-dir", tmp_path)
     assert done.returncode == 0, done.stderr
     assert image_shape(tmp_path / "nnet" / "CornerNet_Tiny" / "metrics.png")[0] == 600
 

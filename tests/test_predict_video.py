@@ -58,6 +58,7 @@ def read_back(path):
     return count, sizes, fps
 
 
+@pytest.mark.slow  # twelve frames of detection: 10 s of CPU
 def test_a_video_gives_one_line_per_frame_and_a_video_of_as_many_frames(tiny, coco128, tmp_path):
     clip = write_video(tmp_path / "clip.mp4", coco128)
     out = tmp_path / "out"

@@ -1,4 +1,9 @@
-"""test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU."""
+"""test.py end to end on coco128 with an untrained CornerNet_Tiny snapshot, on CPU.
+
+test.py runs in the test process (`inproc`) except where a process of its own is what is
+tested: a stop by SIGTERM, SIGINT twice or SIGKILL. Those, and the in-process runs that take
+more than about 2 s of CPU (a whole run to its metrics), are `slow`; the one-line mistakes are
+the inner loop's."""
 
 import json
 import math
@@ -6,20 +11,19 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import cv2
 import numpy as np
 import pytest
-from _tiny_coco import ROOT, make_tiny_coco, run, script, script_env
+from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
 from core.config import load_config
 from core.errors import UsageError
 from core.inference import results_folder
 from core.inference.coco_eval import METRIC_NAMES
-
-# Real train.py / test.py / demo.py processes: left out of the `-m "not slow"` inner loop.
-pytestmark = pytest.mark.slow
+from core.inference.journal import Journal
 
 
 @pytest.fixture
@@ -31,8 +35,8 @@ def cli(tiny_coco, *args, **env):
     """test.py on the tiny config; its snapshot is iteration 0 unless `args` name another."""
     if "--testiter" not in args:
         args = ("--testiter", 0, *args)
-    return run("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device", "cpu",
-               *args, **env)
+    return inproc("test.py", "CocoTiny", "--config-dir", tiny_coco / "configs", "--device",
+                  "cpu", *args, **env)
 
 
 def out_dir(root, split="val"):
@@ -48,6 +52,7 @@ def one_line_error(done, code, *words):
         assert word in lines[0]
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_writes_results_metrics_and_a_summary_line(tiny_coco):
     done = cli(tiny_coco, "--images", 2)
     assert done.returncode == 0, done.stderr
@@ -64,6 +69,7 @@ def test_writes_results_metrics_and_a_summary_line(tiny_coco):
     assert not (out_dir(tiny_coco) / "partial.jsonl").exists()  # the journal of a finished run
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_vis_draws_that_many_pictures_with_ground_truth(tiny_coco, coco128):
     done = cli(tiny_coco, "--images", 4, "--vis", 3, "--vis-thresh", 0.0)
     assert done.returncode == 0, done.stderr
@@ -72,6 +78,7 @@ def test_vis_draws_that_many_pictures_with_ground_truth(tiny_coco, coco128):
     assert all(cv2.imread(str(p)) is not None for p in pictures)
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_vis_draws_ground_truth_in_white(tiny_coco, coco128):
     # Nothing scores above 1: only the ground truth is drawn. The largest box of image 529 is
     # [17.66, 238.87, 362.2, 348.54] (x, y, w, h); its top edge is grey in the photo.
@@ -83,6 +90,7 @@ def test_vis_draws_ground_truth_in_white(tiny_coco, coco128):
     assert photo[edge].mean() < 200 and drawn[edge].mean() > 235
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["test_scales"] = [0.25, 0.5]
@@ -92,6 +100,7 @@ def test_suffix_config_reuses_the_snapshot_and_gets_its_own_folder(tiny_coco):
     assert (out_dir(tiny_coco) / "two_scales" / "metrics.json").is_file()
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_batched_run_scores_every_image(tiny_coco):
     done = cli(tiny_coco, "--images", 5, "--batch", 3)
     assert done.returncode == 0, done.stderr
@@ -118,6 +127,20 @@ def _interrupt_after(tiny_coco, images, stop):
     return process.returncode, stderr
 
 
+def _journal_left(tiny_coco, monkeypatch, images, keep):
+    """The journal test.py writes on `images` images, cut after `keep` of them as a kill
+    leaves it: test.py runs in this process to its end with the journal's removal held back."""
+    monkeypatch.setattr(Journal, "remove", Journal.close)
+    done = cli(tiny_coco, "--images", images)
+    monkeypatch.undo()
+    assert done.returncode == 0, done.stderr
+    journal = out_dir(tiny_coco) / "partial.jsonl"
+    lines = journal.read_bytes().split(b"\n")
+    assert len(lines) == images + 2  # header, one line per image, the empty after the last
+    journal.write_bytes(b"\n".join(lines[:keep + 1]) + b"\n")
+    return journal
+
+
 def _metrics(root):
     folder = out_dir(root)
     return (json.loads((folder / "metrics.json").read_text()),
@@ -133,6 +156,7 @@ def uninterrupted(coco128, tmp_path_factory):
     return _metrics(root)
 
 
+@pytest.mark.slow  # a process stopped from outside
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterrupted, how):
     root = make_tiny_coco(coco128, tmp_path, test_scales=[0.5])
@@ -154,10 +178,10 @@ def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterr
     assert metrics["num_images"] == 10
 
 
-def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco):
-    journal = out_dir(tiny_coco) / "partial.jsonl"
-    code, _ = _interrupt_after(tiny_coco, 12, lambda p: p.kill())
-    assert code == -signal.SIGKILL and journal.is_file()
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
+def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco, monkeypatch):
+    journal = _journal_left(tiny_coco, monkeypatch, 12, 3)
+    assert journal.is_file()
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["top_k"] = 10
     (tiny_coco / "configs" / "CocoTiny.json").write_text(json.dumps(config))
@@ -169,12 +193,10 @@ def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco):
 
 # ---- failing before the long part -------------------------------------------------------
 
-def test_missing_evaluator_stops_before_loading_the_network(tiny_coco, tmp_path):
-    fake = tmp_path / "no_evaluator"
-    for package in ("faster_coco_eval", "pycocotools"):
-        (fake / package).mkdir(parents=True)
-        (fake / package / "__init__.py").write_text(f"raise ImportError('no {package}')\n")
-    done = cli(tiny_coco, PYTHONPATH_FIRST=str(fake))
+def test_missing_evaluator_stops_before_loading_the_network(tiny_coco, monkeypatch):
+    for package in ("faster_coco_eval", "pycocotools"):  # None in sys.modules: ImportError
+        monkeypatch.setitem(sys.modules, package, None)
+    done = cli(tiny_coco)
     one_line_error(done, 2, "faster-coco-eval", "'coco' extra")
     assert "loading" not in done.stdout
 
@@ -200,11 +222,12 @@ def test_traceback_only_when_asked(tiny_coco):
 
 def test_bad_usage_exits_2(tiny_coco):
     assert cli(tiny_coco, "--images", 0).returncode == 2
-    one_line_error(run("test.py", "NoSuchConfig"), 2, "NoSuchConfig")
+    one_line_error(inproc("test.py", "NoSuchConfig"), 2, "NoSuchConfig")
 
 
 # ---- unreadable images and test-dev -------------------------------------------------------
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_unreadable_image_is_a_counted_miss(coco128, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(coco128 / "images", images, symlinks=True)
@@ -242,6 +265,7 @@ def test_testdev_as_downloaded(coco128, tmp_path):
     assert not (out_dir(root, "testdev") / "metrics.json").exists()
 
 
+@pytest.mark.slow  # a process stopped from outside
 def test_ctrl_c_twice_stops_quietly(tiny_coco):
     def two_interrupts(process):
         process.send_signal(signal.SIGINT)
@@ -261,12 +285,11 @@ def test_results_never_leave_the_results_folder(tiny_coco):
         results_folder(system_config, 0, "../../../elsewhere")
 
 
-def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
+def test_a_damaged_journal_line_is_named_and_redone(tiny_coco, monkeypatch):
     """A journal line edited by hand (or a flipped byte) made every rerun fail; now the rerun
     names the file and the line, redoes from there and says how to start afresh."""
-    journal = out_dir(tiny_coco) / "partial.jsonl"
-    code, _ = _interrupt_after(tiny_coco, 8, lambda p: p.kill())
-    assert code == -signal.SIGKILL
+    journal = _journal_left(tiny_coco, monkeypatch, 8, 3)
     lines = journal.read_bytes().split(b"\n")
     lines[2] = b'{"id": "not a number", "dets": {}}'  # the second image
     lines[3] = b"\xff" + lines[3]
@@ -280,6 +303,7 @@ def test_a_damaged_journal_line_is_named_and_redone(tiny_coco):
     assert json.loads((out_dir(tiny_coco) / "metrics.json").read_text())["num_images"] == 8
 
 
+@pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_system_snapshot_name_is_where_the_snapshots_are_found(tiny_coco):
     """train.py, demo.py and plot_metrics read snapshots under system.snapshot_name; test.py
     used the config name and found none of that run's snapshots."""

@@ -1,16 +1,20 @@
 """The tools are held to the scripts' rules: one exit table, range checks, and they run from a
-checkout without `pip install -e .`."""
+checkout without `pip install -e .`.
+
+The scripts run in the test process (`inproc`) except the start from a bare checkout (a
+process's own start) and the second test.py on a folder in use (two processes): those, and
+in-process runs above about 2 s, are `slow`."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
 
 import pytest
-from _tiny_coco import ROOT, make_tiny_coco, run
+from _tiny_coco import ROOT, inproc, make_tiny_coco, run
+from _tools import load_tool
 
 from core.config.rules import unit_interval
 from core.utils import lock
@@ -30,12 +34,6 @@ class Hide:
 
 sys.meta_path.insert(0, Hide())
 """
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 TOOLS = ["tools/analyze_model.py", "tools/analyze_results.py", "tools/export.py",
          "tools/plot_metrics.py", "tools/submit.py", "train.py", "test.py", "demo.py"]
@@ -48,12 +46,11 @@ def test_a_threshold_outside_zero_to_one_is_refused(text):
     assert unit_interval("0") == 0.0 and unit_interval("1") == 1.0
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("script, option", [("tools/analyze_results.py", "--score-thresh"),
                                             ("tools/analyze_results.py", "--iou-thresh"),
                                             ("test.py", "--vis-thresh"), ("demo.py", "--thresh")])
 def test_the_scripts_thresholds_refuse_nan(script, option):
-    done = run(script, "CocoTiny", option, "nan")
+    done = inproc(script, "CocoTiny", option, "nan")
     assert done.returncode == 2
     assert f"argument {option}: expected a number from 0 to 1, got 'nan'" in done.stderr
 
@@ -82,25 +79,24 @@ def test_the_hidden_install_is_really_hidden(tmp_path):
     assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr
 
 
-@pytest.mark.slow
 def test_analyze_model_on_a_size_the_model_cannot_take_names_the_sizes_that_fit():
-    done = run("tools/analyze_model.py", "CornerNet_Squeeze", "--test-size", "100", "511")
+    done = inproc("tools/analyze_model.py", "CornerNet_Squeeze", "--test-size", "100", "511")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --test-size height 100 does not fit")
     assert "use 127 or 255" in lines[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # in-process, but a whole test.py run first: 3 s of CPU
 def test_analyze_results_on_a_damaged_results_file_is_one_line(coco128, tmp_path):
     root = make_tiny_coco(coco128, tmp_path)
-    tested = run("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
-                 "--images", 2, "--device", "cpu")
+    tested = inproc("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
+                    "--images", 2, "--device", "cpu")
     assert tested.returncode == 0, tested.stderr
     results = root / "results" / "CocoTiny" / "0" / "val" / "results.json"
     results.write_text(results.read_text()[:-30])
-    done = run("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
-               "--testiter", 0)
+    done = inproc("tools/analyze_results.py", "CocoTiny", "--config-dir", root / "configs",
+                  "--testiter", 0)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and f"the results file {results} is damaged" in lines[0]
@@ -128,9 +124,8 @@ def test_submit_refuses_a_signal_delay_beyond_the_time_limit(capsys):
         capsys.readouterr().err
 
 
-@pytest.mark.slow
 def test_submit_refuses_a_config_it_cannot_find_before_sbatch():
-    done = run("tools/submit.py", "CornerNet_Squeze", "--hours", "1")
+    done = inproc("tools/submit.py", "CornerNet_Squeze", "--hours", "1")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown config 'CornerNet_Squeze'" in lines[0]
