@@ -172,7 +172,7 @@ def deploy_rows(output: str) -> list[tuple[str, str, str]]:
         return []
     head = [cell.strip() for cell in lines[0].strip("|").split("|")]
     rows = []
-    for line in lines[2:]:
+    for line in lines[1:]:  # the header's "|---|" line does not start with "| "
         cells = dict(zip(head, (cell.strip() for cell in line.strip("|").split("|"))))
         check = cells.get("check", "")
         status = "ok" if check == "passed" else \
