@@ -351,6 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"measuring {row} ...", flush=True)
         results.append(measure(row, args, system_config, db, testiter, files, one,
                                reference))
+        done = results[-1]  # said now, so that a run cut short keeps what it measured
+        print(f"  {row}: ms/image {done['ms'] or '-'}, AP {_num(done['AP'], 3)}"
+              + (f", {done['check']}" if done["check"] else ""), flush=True)
     judge(results)
     return finish(args, results, [key for key, _, _ in timings(args.device, args.threads,
                                                                 args.batch)])
