@@ -27,7 +27,7 @@ import io
 import json
 import logging
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +165,7 @@ def quantize_openvino(path: Path, out: Path, inputs: list[np.ndarray], split: st
 
 
 @contextlib.contextmanager
-def _quiet():
+def _quiet() -> Iterator[None]:
     """The quantizers' progress bars, warnings and info lines, kept off the console."""
     root, level = logging.getLogger(), logging.getLogger().level
     root.setLevel(logging.ERROR)  # onnxruntime's advice to pre-process goes to the root logger
