@@ -119,6 +119,26 @@ def test_the_command_line_without_a_gpu_exits_0(snapshot):
     assert "| torch | compile |" in done.stdout and "not available: --device cuda" in done.stdout
 
 
+@pytest.mark.slow  # dynamo traces CornerNet_Tiny before the first kernel needs the compiler
+@pytest.mark.timeout(900)
+def test_a_compile_row_without_a_compiler_is_not_available(bench_tool, snapshot, tmp_path,
+                                                          monkeypatch):
+    """Where inductor finds no C++ compiler the torch.compile row says so; the others run."""
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor.cpp, "cxx", ("no-such-c++-compiler",))
+    monkeypatch.setattr(inductor, "fx_graph_cache", False)  # no kernels from an earlier run
+    rows_json = tmp_path / "rows.json"
+    argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--rows", "torch:fp32",
+                   "torch:compile", "--json", str(rows_json))
+    assert bench_tool.main(argv) == 0
+    fp32, compiled = json.loads(rows_json.read_text())
+    assert fp32["check"] == "passed" and fp32["ms"]["1"] > 0
+    assert compiled["check"].startswith("not available: torch.compile cannot run here: "
+                                        "InvalidCxxCompiler")
+    assert compiled["AP"] is None and compiled["ms"] == {}
+
+
 def inductor_runs():
     """Whether torch.compile's inductor can compile for this CPU (it needs a C++ compiler)."""
     try:
