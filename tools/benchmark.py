@@ -344,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     one = network_input(canvas[None], db.mean, db.std, "cpu").contiguous()
     torch.set_num_threads(args.threads[0])
     nnet, _ = open_network("torch", system_config, db, testiter, str(args.device))
+    nnet.set_autocast(None)  # torch fp32, whatever system.amp says
     reference = [nnet.test(one, **decode_kwargs(db.configs))[0].cpu().numpy()]
     del nnet
     results = []
