@@ -164,6 +164,44 @@ def bench(name: str, modes: tuple[str, ...]) -> Callable[[Context], None]:
     return run
 
 
+def deploy_rows(output: str) -> list[tuple[str, str, str]]:
+    """(precision, status, detail) of each torch row of tools/benchmark.py's table: its ms per
+    image at each batch size and its check."""
+    lines = [line for line in output.splitlines() if line.startswith("| ")]
+    if not lines:
+        return []
+    head = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    rows = []
+    for line in lines[1:]:  # the header's "|---|" line does not start with "| "
+        cells = dict(zip(head, (cell.strip() for cell in line.strip("|").split("|"))))
+        check = cells.get("check", "")
+        status = "ok" if check == "passed" else \
+            "not available" if check.startswith("not available") else "FAIL (check)"
+        times = ", ".join(f"{cells[key]} {key.removeprefix('ms/img @')}" for key in head
+                          if key.startswith("ms") and cells.get(key, "-") != "-")
+        rows.append((f"{cells.get('runtime')} {cells.get('precision')}", status,
+                     f"ms/image: {times or 'none'}; check {check}"))
+    return rows
+
+
+def deploy_gpu(ctx: Context) -> None:
+    # CPU sizes: the tiny network, eager fp32 at batch 1 and 2 (no compile: minutes on a CPU).
+    config, rows, batches = (("CornerNet_Tiny", ["torch:fp32"], [1, 2]) if ctx.tiny else
+                             ("CornerNet_Squeeze", ["torch:fp32", "torch:bf16", "torch:compile"],
+                              [1, 8]))
+    label = f"benchmark {config} (random weights) {' '.join(rows)}"
+    if ctx.coco128 is None:
+        ctx.steps.add(label, "not run", 0.0, "bench_deploy reads coco128, which is not here")
+        return
+    output = ctx.steps.run(
+        label, [ctx.py, "bench/bench_deploy.py", "--configs", config, "--device", ctx.device,
+                "--rows", *rows, "--batch", *batches, "--images", 2, "--reps", 5,
+                *(["--size", 127] if ctx.tiny else [])],
+        timeout=420, need=ctx.t(240, 60), measure=lambda out: "rows below")
+    for name, status, detail in deploy_rows(output or ""):
+        ctx.steps.add(f"  {config} {name}", status, 0.0, detail)
+
+
 def deterministic(ctx: Context) -> None:
     name = "CornerNet_Squeeze"
     det = ctx.write_configs(ctx.root / "det", ctx.coco128, tiny=ctx.tiny, deterministic=True,
@@ -213,7 +251,9 @@ def _groups() -> dict[str, Group]:
                                      bench("CornerNet_Squeeze", ("bf16+cl", "fp32"))),
               "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot", 75,
                                     35, test_and_demo("CornerNet_Squeeze"),
-                                    needs=("train-squeeze",))}
+                                    needs=("train-squeeze",)),
+              "deploy-gpu": Group("tools/benchmark.py CornerNet_Squeeze: torch fp32, bf16, "
+                                  "torch.compile at batch 1 and 8", 240, 60, deploy_gpu)}
     for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
         groups[f"train-{SHORT[name]}"] = Group(f"train.py {name}, 20 iterations",
                                                120 if name == "CornerNet" else 75, 25,

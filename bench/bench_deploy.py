@@ -4,7 +4,7 @@ CornerNet on coco128, without a trained snapshot.
     python bench/bench_deploy.py [--configs CornerNet_Squeeze CornerNet] [--size 511]
                                  [--threads 1 2] [--images 8] [--calib-images 32]
                                  [--rows RUNTIME:PRECISION ...] [--reps 3] [--json PATH]
-                                 [--profile]
+                                 [--profile] [--device cpu|cuda] [--batch 1 8]
 
 For each config a temporary copy (coco128 for every split, 80 classes, its cache in a
 temporary folder) gets a snapshot of iteration 0 with the seed-0 initialisation, and
@@ -13,7 +13,8 @@ each thread count: ms per image on the first coco128 image resized to --size x -
 first --images images (meaningless for random weights except as a parity check between rows),
 file sizes, and the check. Speed does not depend on the weights, except torch's `peak_topk`
 (shorter on the peaked maps of a trained model) and the dense corner search of the exported
-graph, which does not depend on them.
+graph, which does not depend on them. With --device cuda (bench/gpu_check.py's deploy-gpu
+step) the rows are torch fp32, bf16 and torch.compile at --batch 1 and 8.
 """
 from __future__ import annotations
 
@@ -63,6 +64,8 @@ def main() -> int:
     parser.add_argument("--rows", nargs="+", default=None)
     parser.add_argument("--reps", default="3")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--device", default=None, help="as tools/benchmark.py")
+    parser.add_argument("--batch", nargs="+", default=None, help="as tools/benchmark.py")
     parser.add_argument("--profile", action="store_true",
                         help="then OpenVINO's per-layer times of each exported file")
     args = parser.parse_args()
@@ -74,8 +77,9 @@ def main() -> int:
             argv = [name, "--testiter", "0", "--config-dir", str(configs), "--images",
                     args.images, "--threads", *args.threads, "--calib-images",
                     args.calib_images, "--reps", args.reps, "--time-size", str(args.size)]
-            if args.rows:
-                argv += ["--rows", *args.rows]
+            for option, value in (("--rows", args.rows), ("--batch", args.batch)):
+                argv += [option, *value] if value else []
+            argv += ["--device", args.device] if args.device else []
             if args.json:
                 argv += ["--json", str(args.json.with_suffix(f".{name}.json"))]
             status |= benchmark.main(argv)

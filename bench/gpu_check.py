@@ -4,10 +4,12 @@
 
 Steps, most valuable first (`--list` shows them, `--only`/`--skip` pick): the CUDA tests; 20
 iterations of train.py for CornerNet_Squeeze; its bench_train rows in bf16+channels_last and fp32
-(30 timed iterations after warm-up); test.py and demo.py with its snapshot; the same training for
-CornerNet_Tiny (generated shapes), CornerNet_Saccade and CornerNet; system.deterministic (two
-runs and a resume give equal losses); the other configs' test.py, demo.py and bench rows;
-`train.py --dry-run`; two-GPU training when there are two GPUs.
+(30 timed iterations after warm-up); test.py and demo.py with its snapshot; tools/benchmark.py's
+GPU rows of CornerNet_Squeeze (torch fp32, bf16 and torch.compile, ms per image at batch 1 and
+8, random weights); the same training for CornerNet_Tiny (generated shapes), CornerNet_Saccade
+and CornerNet; system.deterministic (two runs and a resume give equal losses); the other
+configs' test.py, demo.py and bench rows; `train.py --dry-run`; two-GPU training when there are
+two GPUs.
 
 Each row is printed and appended to `--log` the moment its step ends; with `--budget` a step
 that cannot finish in the time left is "not run (budget)" and the table is out before the

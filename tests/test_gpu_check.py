@@ -14,7 +14,7 @@ import torch
 from _inproc import run_script
 
 from bench import _shared
-from bench._plan import Context, bench
+from bench._plan import Context, bench, deploy_gpu
 from bench._steps import Steps
 from bench.gpu_check import CONFIGS, REPO, select, write_configs
 from core.config import load_config
@@ -144,6 +144,38 @@ def test_bench_rows_become_table_rows_from_30_timed_iterations(tmp_path, coco128
         ("  CornerNet_Squeeze bf16+cl, batch 16", "ok"),
         ("  CornerNet_Squeeze fp32, batch 16", "out of memory")]
     assert steps.rows[1].detail == "412.5 images/s, data wait 1.2%, peak 9.87 GiB (8 workers)"
+
+
+class CannedBenchmark(Steps):
+    """Answers a step with tools/benchmark.py's own table on a GPU instead of running it."""
+
+    def run(self, name, cmd, timeout, need, measure=None, env=None):
+        self.cmd = [str(part) for part in cmd]
+        self.add(name, "ok", 1.0, measure("") if measure else "")
+        return ("device: cuda:0 (NVIDIA H100 80GB HBM3), torch 2.13.0, CUDA 12.8; batch 1 and 8\n"
+                "| runtime | precision | AP | AP50 | ms/img @batch 1 | ms/img @batch 8 | size MB "
+                "| check |\n|---|---|---|---|---|---|---|---|\n"
+                "| torch | fp32 | 0.000 | 0.000 | 21.4 | 6.2 | 121.5 | passed |\n"
+                "| torch | bf16 | 0.000 | 0.000 | 15.0 | 3.1 | 121.5 | passed |\n"
+                "| torch | compile | - | - | - | - | 121.5 | not available: torch.compile "
+                "cannot run here: no compiler |\n")
+
+
+def test_the_deploy_rows_become_table_rows_at_batch_1_and_8(tmp_path, coco128):
+    steps = CannedBenchmark(tmp_path)
+    ctx = Context(steps=steps, py="python", device="cuda", root=tmp_path, coco128=coco128,
+                  backend="faster", gpus=1, tiny=False, configs=tmp_path,
+                  workers=dict.fromkeys(CONFIGS, 8), write_configs=write_configs)
+    deploy_gpu(ctx)
+    cmd = " ".join(steps.cmd)
+    assert "bench/bench_deploy.py --configs CornerNet_Squeeze --device cuda" in cmd
+    assert "--rows torch:fp32 torch:bf16 torch:compile --batch 1 8 --images 2" in cmd
+    assert [row[:2] for row in steps.rows[1:]] == [
+        ("  CornerNet_Squeeze torch fp32", "ok"), ("  CornerNet_Squeeze torch bf16", "ok"),
+        ("  CornerNet_Squeeze torch compile", "not available")]
+    assert steps.rows[1].detail == "ms/image: 21.4 batch 1, 6.2 batch 8; check passed"
+    assert steps.rows[3].detail.startswith("ms/image: none; check not available: torch.compile")
+    assert not steps.failed  # a runtime that cannot run here is a row, not a failure
 
 
 @pytest.mark.slow

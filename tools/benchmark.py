@@ -2,30 +2,32 @@
 """Every runtime and precision of one snapshot in one table: AP, AP50, ms per image, size, check.
 
     python tools/benchmark.py <Cfg> [--testiter N|best] [--images N] [--threads 1 2]
-                              [--rows RUNTIME:PRECISION ...] [--calib-images N]
-                              [--calib-split SPLIT] [--keep-float heads|none] [--reps 3]
-                              [--json PATH] [--min-ap AP]
+                              [--device cpu|cuda] [--batch 1 8] [--rows RUNTIME:PRECISION ...]
+                              [--calib-images N] [--calib-split SPLIT] [--keep-float heads|none]
+                              [--reps 3] [--json PATH] [--min-ap AP]
 
-Rows (CPU): torch fp32 and bf16 (autocast), onnxruntime fp32 and int8, OpenVINO f32, default
-(the CPU plugin's choice: bf16 where the CPU has bf16 units) and int8. The .onnx file is
-exported (tools/export.py, which checks it against torch before writing) when missing, and the
-INT8 files are made from it (core/inference/quantize.py, calibrated on --calib-images images of
-the training split) when missing. Every row then:
+Rows on a CPU: torch fp32 and bf16 (autocast), onnxruntime fp32 and int8, OpenVINO f32, default
+(the CPU plugin's choice: bf16 where the CPU has bf16 units) and int8; on a GPU (--device, the
+default where there is one): torch fp32, bf16 and compile (torch.compile, float32), which a CPU
+runs too when named in --rows. The .onnx file is exported (tools/export.py, which checks it
+against torch) when missing or stale, the INT8 files are made from it (core/inference/
+quantize.py, calibrated on --calib-images training images) when missing. Every row then:
 
 - check: its detections on the first validation image against torch fp32's: "passed" when an
-  exact precision (fp32/f32) is within the parity tolerance (shared/reference/README.md section
-  6) or a reduced one (bf16, default, int8) has AP within 0.01 of torch fp32's; "failed: why"
-  otherwise; "not available: why" when its package or file is missing. A failing row is a row:
-  the others still run.
-- AP, AP50: the COCO metrics on the first --images images of the validation split (all by
-  default), with test.py's inference;
-- ms: median ms per image over --reps runs (after one warm-up) of the first validation image as
-  test.py feeds it, at each --threads count (default 1 and all cores);
+  exact precision (fp32, f32, compile) is within the parity tolerance (shared/reference/
+  README.md section 6) or a reduced one (bf16, default, int8) has AP within 0.01 of torch
+  fp32's; "failed: why" otherwise; "not available: why" when its package, file, compiler or GPU
+  is missing. A failing row is a row: the others still run.
+- AP, AP50: the COCO metrics on the first --images validation images (default all), as test.py;
+- ms: median ms per image over --reps runs (after a warm-up) of the first validation image as
+  test.py feeds it, repeated --batch times: on a CPU at each --threads count (default 1 and all
+  cores; columns "1", "2", and "1/b8" for batch 8), on a GPU at each batch (columns "b1", "b8",
+  the GPU synchronised before and after each run);
 - size_mb: the file the runtime reads (the evaluated weights for torch).
 
-The CPU model and its instruction sets come first. --json writes the rows; --min-ap makes the
-exit status 1 when a row's AP is below it (a row that is not available counts only when named
-in --rows).
+The CPU model and its instruction sets come first, then the device. --json writes the rows;
+--min-ap makes the exit status 1 when a row's AP is below it (a row that is not available
+counts only when named in --rows).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -50,12 +51,14 @@ if __package__ in (None, ""):  # run as a file from a checkout: the project is i
 import cv2
 import torch
 
-from core.config import CONFIG_DIR, load_config, lookup, snapshot_arg
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
+from core.inference.machine import cpu_line, device_line
+from core.inference.network import CompileUnavailable
 from core.inference.onnx_runtime import MissingOnnxRuntime, check_identity, onnx_file
 from core.inference.openvino_runtime import MissingOpenVino
 from core.inference.quantize import (
@@ -66,14 +69,14 @@ from core.inference.quantize import (
 )
 from core.inference.runtimes import open_network
 from core.nnet.export import META_KEYS, compare_outputs
+from core.utils.device import resolve_device
 
 ROWS = ("torch:fp32", "torch:bf16", "onnxruntime:fp32", "onnxruntime:int8", "openvino:f32",
         "openvino:default", "openvino:int8")
-EXACT = ("fp32", "f32")
+GPU_ROWS = ("torch:fp32", "torch:bf16", "torch:compile")
+EXACT = ("fp32", "f32", "compile")  # compile: torch.compile in float32
+UNAVAILABLE = (ImportError, MissingOnnxRuntime, MissingOpenVino, CompileUnavailable)
 AP_LOSS = 0.01  # a reduced precision passes within this AP of torch fp32
-FLAGS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512_vnni": "AVX-512 VNNI",
-         "avx_vnni": "AVX-VNNI", "avx512_bf16": "AVX-512 BF16", "amx_bf16": "AMX-BF16",
-         "amx_int8": "AMX-INT8"}
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -85,8 +88,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
-    parser.add_argument("--rows", nargs="+", choices=ROWS, default=None, metavar="ROW",
-                        help=f"the rows to measure (default: all): {' '.join(ROWS)}")
+    parser.add_argument("--rows", nargs="+", choices=(*ROWS, "torch:compile"), default=None,
+                        metavar="ROW", help=f"the rows to measure (default on a CPU: "
+                        f"{' '.join(ROWS)}; on a GPU: {' '.join(GPU_ROWS)}); torch:compile "
+                        "is torch.compile (inductor) of the model, float32")
+    parser.add_argument("--device", default=None,
+                        help="cpu, cuda or cuda:N (default: the GPU where there is one)")
+    parser.add_argument("--batch", type=int, nargs="+", default=None,
+                        help="time ms per image at these batch sizes (default: 1 and 8 on a "
+                             "GPU, 1 on a CPU)")
     parser.add_argument("--calib-images", type=int, default=300,
                         help="training images the INT8 files are calibrated on (default 300)")
     parser.add_argument("--calib-split", default=None,
@@ -108,41 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if min(args.threads) < 1:
         parser.error("--threads must be at least 1")
+    if args.batch is not None and min(args.batch) < 1:
+        parser.error("--batch must be at least 1")
     return args
-
-
-def cpu_line() -> str:
-    """The CPU model, its core count and which of AVX2, AVX-512, VNNI, bf16 and AMX it has."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    except OSError:
-        pass
-    have = [name for flag, name in FLAGS.items() if flag in flags]
-    return (f"CPU: {model}, {os.cpu_count()} cores; instruction sets: "
-            f"{', '.join(have) or 'none of AVX2, AVX-512, bf16, AMX'}"
-            + ("" if flags else " (no /proc/cpuinfo flags)"))
-
-
-class Bf16:
-    """A torch network whose test path runs under CPU autocast to bfloat16 (float32 out)."""
-
-    def __init__(self, nnet: Any) -> None:
-        self.nnet = nnet
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.nnet, name)
-
-    def test(self, images: torch.Tensor, **kwargs: Any) -> Any:
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            found = self.nnet.test(images, **kwargs)
-        return tuple(part.float() if torch.is_tensor(part) else part for part in found)
 
 
 def holds_snapshot(onnx: Path, system_config: Any, testiter: Any) -> bool:
@@ -216,26 +194,37 @@ def make_int8(args: argparse.Namespace, system_config: Any, onnx: Path,
 
 
 def open_row(row: str, system_config: Any, db: Any, testiter: Any,
-             files: dict[str, Path | str]) -> tuple[Any, float]:
-    """The network of `row` and its size in MiB."""
+             files: dict[str, Path | str], device: torch.device) -> tuple[Any, float]:
+    """The network of `row` on `device` and its size in MiB."""
     runtime, precision = row.split(":")
     if runtime == "torch":
-        nnet, _ = open_network("torch", system_config, db, testiter, "cpu")
-        model = nnet.ema.module if nnet.evaluated_weights == "ema" else nnet.model
-        size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        return (Bf16(nnet) if precision == "bf16" else nnet), size / 2**20
+        nnet, _ = open_network("torch", system_config, db, testiter, str(device))
+        size = sum(t.numel() * t.element_size() for t in nnet.model.state_dict().values())
+        nnet.set_autocast("bf16" if precision == "bf16" else None)
+        return (nnet.compile() if precision == "compile" else nnet), size / 2**20
     path = Path(files[row])
-    nnet, _ = open_network(runtime, system_config, db, testiter, "cpu", path,
+    nnet, _ = open_network(runtime, system_config, db, testiter, str(device), path,
                            precision="default" if precision == "default" else "f32")
     size = path.stat().st_size + (path.with_suffix(".bin").stat().st_size
                                   if path.suffix == ".xml" else 0)
     return nnet, size / 2**20
 
 
+def timings(device: torch.device, threads: list[int],
+            batches: list[int]) -> list[tuple[str, int, int]]:
+    """(column key, threads, batch) of every time a row takes: on a GPU one per batch size
+    ("b1", "b8", at the most threads), on a CPU one per thread count and batch size ("1",
+    "2" at batch 1 as ever, "1/b8" at batch 8)."""
+    if device.type == "cuda":
+        return [(f"b{batch}", max(threads), batch) for batch in batches]
+    return [(str(t) if batch == 1 else f"{t}/b{batch}", t, batch)
+            for t in threads for batch in batches]
+
+
 def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, testiter: Any,
-            files: dict[str, Path | str], batch: torch.Tensor,
+            files: dict[str, Path | str], image: torch.Tensor,
             reference: list) -> dict[str, Any]:
-    """One row of the table; its failures are its `check`."""
+    """One row of the table; its failures are its `check`. `image`: one input (1, 3, H, W)."""
     runtime, precision = row.split(":")
     result: dict[str, Any] = {"runtime": runtime, "precision": precision, "AP": None,
                               "AP50": None, "ms": {}, "size_mb": None, "check": None}
@@ -244,15 +233,16 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
         result["check"] = files[row]
         return result
     try:
-        for threads in args.threads:
+        nnet, opened = None, None
+        for key, threads, size in timings(args.device, args.threads, args.batch):
             torch.set_num_threads(threads)  # every runtime takes its threads from torch
-            nnet, size = open_row(row, system_config, db, testiter, files)
-            result["size_mb"] = round(size, 2)
-            if threads == args.threads[0]:
-                got = nnet.test(batch, **settings)[0].numpy()
+            if opened != threads:  # the sessions of onnxruntime and OpenVINO fix their threads
+                nnet, mib = open_row(row, system_config, db, testiter, files, args.device)
+                result["size_mb"], opened = round(mib, 2), threads
+            if "parity" not in result:
+                got = nnet.test(image.to(nnet.device), **settings)[0].cpu().numpy()
                 result["parity"] = compare_outputs([got], reference)
-            result["ms"][str(threads)] = round(1000 * median_seconds(
-                lambda nnet=nnet: nnet.test(batch, **settings), args.reps) / len(batch), 1)
+            result["ms"][key] = ms_per_image(nnet, image, size, settings, args.reps)
         torch.set_num_threads(max(args.threads))
         inds = db.db_inds[:args.images]
         run = detect(db, nnet, system_config, inds, batch_size=1)
@@ -262,7 +252,7 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
                             image_ids=[db.image_id(ind) for ind in inds],
                             unreadable=run.unreadable, weights=nnet.evaluated_weights)
         result["AP"], result["AP50"] = round(metrics["AP"], 4), round(metrics["AP50"], 4)
-    except (ImportError, MissingOnnxRuntime, MissingOpenVino) as err:
+    except UNAVAILABLE as err:
         result["check"] = f"not available: {_first_line(err)}"
     except Exception as err:  # noqa: BLE001 - one row fails, the others go on
         result["check"] = f"failed: {_first_line(err)}"
@@ -289,23 +279,38 @@ def judge(rows: list[dict[str, Any]]) -> None:
         row.pop("parity", None)
 
 
-def median_seconds(run: Any, reps: int) -> float:
+def ms_per_image(nnet: Any, image: torch.Tensor, batch: int, settings: dict,
+                 reps: int) -> float:
+    """Median ms per image of `nnet.test` on `batch` copies of `image` (1, 3, H, W), on its
+    device."""
+    images = image.expand(batch, -1, -1, -1).contiguous().to(nnet.device)
+    seconds = median_seconds(lambda: nnet.test(images, **settings), reps, nnet.device)
+    return round(1000 * seconds / batch, 1)
+
+
+def median_seconds(run: Any, reps: int, device: torch.device) -> float:
+    """Median seconds of `run()` over `reps` runs after one warm-up (which compiles a
+    torch.compile row for this shape); on a GPU, from an idle device to the last kernel's end."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     run()  # warm-up
     times = []
     for _ in range(reps):
+        sync()
         start = time.perf_counter()
         run()
+        sync()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def table(rows: list[dict[str, Any]], threads: list[int]) -> str:
-    head = ["runtime", "precision", "AP", "AP50", *[f"ms @{t} thr" for t in threads],
-            "size MB", "check"]
+def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    names = {key: f"ms @{key} thr" if key.isdigit() else
+             f"ms/img @{key.replace('/', ' thr ').replace('b', 'batch ')}" for key in columns}
+    head = ["runtime", "precision", "AP", "AP50", *names.values(), "size MB", "check"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["runtime"], row["precision"], _num(row["AP"], 3), _num(row["AP50"], 3),
-                 *[_num(row["ms"].get(str(t)), 1) for t in threads], _num(row["size_mb"], 1),
+                 *[_num(row["ms"].get(key), 1) for key in columns], _num(row["size_mb"], 1),
                  row["check"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -315,30 +320,49 @@ def main(argv: list[str] | None = None) -> int:
     """The benchmark; returns the exit status (1 when --min-ap is not met)."""
     args = parse_args(argv)
     print(cpu_line())
-    print(f"threads: {' and '.join(map(str, args.threads))}; load average "
-          f"{os.getloadavg()[0]:.1f}", flush=True)
+    try:
+        args.device = resolve_device(args.device)
+    except ConfigError as err:  # --device cuda without a GPU: every row says so
+        rows = args.rows or list(GPU_ROWS)
+        return finish(args, [{"runtime": row.split(":")[0], "precision": row.split(":")[1],
+                              "AP": None, "AP50": None, "ms": {}, "size_mb": None,
+                              "check": f"not available: {_first_line(err)}"} for row in rows],
+                      [])
+    args.batch = args.batch or ([1, 8] if args.device.type == "cuda" else [1])
+    print(device_line(args.device, args.threads, args.batch), flush=True)
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     db = lookup(datasets, system_config.dataset, "dataset")(db_config,
                                                             split=system_config.val_split,
                                                             sys_config=system_config)
-    rows = args.rows or list(ROWS)
+    rows = args.rows or list(GPU_ROWS if args.device.type == "cuda" else ROWS)
     files = prepare_files(args, system_config, testiter, rows)
     image = db.read_image(db.db_inds[0])
     canvas = (resize_and_pad(image, db.configs["test_scales"][0])[0] if args.time_size is None
               else cv2.resize(image, (args.time_size, args.time_size)))
-    print(f"timed input: 1x3x{canvas.shape[0]}x{canvas.shape[1]}", flush=True)
-    batch = network_input(canvas[None], db.mean, db.std, "cpu").contiguous()
+    print(f"timed input: Bx3x{canvas.shape[0]}x{canvas.shape[1]}", flush=True)
+    one = network_input(canvas[None], db.mean, db.std, "cpu").contiguous()
     torch.set_num_threads(args.threads[0])
-    nnet, _ = open_network("torch", system_config, db, testiter, "cpu")
-    reference = [nnet.test(batch, **decode_kwargs(db.configs))[0].numpy()]
+    nnet, _ = open_network("torch", system_config, db, testiter, str(args.device))
+    nnet.set_autocast(None)  # torch fp32, whatever system.amp says
+    reference = [nnet.test(one, **decode_kwargs(db.configs))[0].cpu().numpy()]
+    del nnet
     results = []
     for row in rows:
         print(f"measuring {row} ...", flush=True)
-        results.append(measure(row, args, system_config, db, testiter, files, batch,
+        results.append(measure(row, args, system_config, db, testiter, files, one,
                                reference))
+        done = results[-1]  # said now, so that a run cut short keeps what it measured
+        print(f"  {row}: ms/image {done['ms'] or '-'}, AP {_num(done['AP'], 3)}"
+              + (f", {done['check']}" if done["check"] else ""), flush=True)
     judge(results)
-    print(table(results, args.threads))
+    return finish(args, results, [key for key, _, _ in timings(args.device, args.threads,
+                                                                args.batch)])
+
+
+def finish(args: argparse.Namespace, results: list[dict[str, Any]], columns: list[str]) -> int:
+    """Print the table (and write the JSON); the exit status of --min-ap."""
+    print(table(results, columns))
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))

@@ -14,7 +14,6 @@ too.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,6 +86,7 @@ class InferenceNetwork:
         amp = AMP_DTYPES.get(system_config.amp)
         # fp16 autocast on a CPU is slow and not what the weights need: float32 there.
         self._amp = None if amp is torch.float16 and self.device.type != "cuda" else amp
+        self._forward: Any = self.model  # the model, or its torch.compile (`compile`)
         self.evaluated_weights = "raw"
 
     def load(self, snapshot: dict, path: Path, raw_weights: bool = False) -> InferenceNetwork:
@@ -121,10 +121,47 @@ class InferenceNetwork:
     def eval_mode(self) -> None:
         self.model.eval()
 
+    def set_autocast(self, amp: str | None) -> InferenceNetwork:
+        """Run the test path under autocast to `amp` ("bf16" or "fp16") on this device, or in
+        float32 (None), whatever `system.amp` says; its outputs stay float32 either way."""
+        self._amp = None if amp is None else AMP_DTYPES[amp]
+        return self
+
+    def compile(self) -> InferenceNetwork:
+        """Run the test path through `torch.compile` of the model (inductor), compiled at the
+        first call of each input shape. Raises CompileUnavailable, here or at that first call,
+        where torch.compile cannot run (no C++ compiler for the CPU, an unsupported Python)."""
+        try:
+            self._forward = torch.compile(self.model)
+        except RuntimeError as err:
+            raise CompileUnavailable(f"torch.compile cannot run here: {_first_line(err)}") \
+                from None
+        return self
+
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
         """The model's test path `model(image, test=True, **kwargs)` on this device."""
-        autocast = (torch.autocast(self.device.type, dtype=self._amp) if self._amp is not None
-                    else contextlib.nullcontext())
-        with autocast:
+        if self._amp is None:
+            return self._call(image, kwargs)
+        with torch.autocast(self.device.type, dtype=self._amp):
+            found = self._call(image, kwargs)
+        return tuple(part.float() if torch.is_tensor(part) and part.is_floating_point()
+                     else part for part in found)
+
+    def _call(self, image: torch.Tensor, kwargs: dict) -> Any:
+        if self._forward is self.model:
             return self.model(image.to(self.device), test=True, **kwargs)
+        try:
+            return self._forward(image.to(self.device), test=True, **kwargs)
+        except torch._dynamo.exc.BackendCompilerFailed as err:  # e.g. no C++ compiler
+            raise CompileUnavailable(f"torch.compile cannot run here: {_first_line(err)}") \
+                from None
+
+
+class CompileUnavailable(RuntimeError):
+    """torch.compile cannot run on this machine (a missing compiler, not a wrong model)."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0][:200] if text else type(err).__name__

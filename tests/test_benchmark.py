@@ -1,0 +1,171 @@
+"""tools/benchmark.py's device and batch options and its torch rows (fp32, bf16, torch.compile),
+on a CornerNet_Tiny snapshot of coco128; no export (torch rows only)."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from _onnx import spread_weights
+from _tiny_coco import ROOT, make_tiny_coco
+
+from core.config import load_config
+from core.dbs import datasets
+from core.nnet.py_factory import NetworkFactory
+
+
+def load_tool(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def bench_tool():
+    return load_tool("benchmark")
+
+
+@pytest.fixture(scope="module")
+def snapshot(coco128, tmp_path_factory):
+    """configs/CocoTiny.json and its snapshot 0, with weights that give real detections."""
+    root = make_tiny_coco(coco128, tmp_path_factory.mktemp("bench"))
+    system_config, db_config = load_config("CocoTiny", root / "configs")
+    db = datasets["COCO"](db_config, split="val", sys_config=system_config)
+    nnet = NetworkFactory(system_config, db, device="cpu")
+    spread_weights(nnet.model)
+    nnet.save_params(0)
+    return root
+
+
+def argv_of(root, *more):
+    return ["CocoTiny", "--testiter", "0", "--config-dir", str(root / "configs"), "--images",
+            "2", "--reps", "1", "--time-size", "127", *more]
+
+
+def test_columns_are_thread_counts_on_a_cpu_and_batch_sizes_on_a_gpu(bench_tool):
+    cpu, gpu = torch.device("cpu"), torch.device("cuda:0")
+    assert bench_tool.timings(cpu, [1, 2], [1]) == [("1", 1, 1), ("2", 2, 1)]
+    assert bench_tool.timings(cpu, [1, 2], [1, 8]) == [
+        ("1", 1, 1), ("1/b8", 1, 8), ("2", 2, 1), ("2/b8", 2, 8)]
+    assert bench_tool.timings(gpu, [1, 16], [1, 8]) == [("b1", 16, 1), ("b8", 16, 8)]
+    header = bench_tool.table([], ["1", "1/b8", "b1", "b8"]).splitlines()[0]
+    assert "| ms @1 thr | ms/img @1 thr batch 8 | ms/img @batch 1 | ms/img @batch 8 |" in header
+
+
+class Fixed:
+    """A network whose every call takes the same time, whatever the batch."""
+
+    device = torch.device("cpu")
+
+    def __init__(self, seconds):
+        self.seconds, self.shapes = seconds, []
+
+    def test(self, images, **kwargs):
+        self.shapes.append(tuple(images.shape))
+        time.sleep(self.seconds)
+        return (torch.zeros(len(images), 1, 8),)
+
+
+def test_a_batch_is_timed_per_image(bench_tool):
+    nnet = Fixed(0.08)
+    image = torch.rand(1, 3, 31, 47)
+    one = bench_tool.ms_per_image(nnet, image, 1, {}, reps=2)
+    eight = bench_tool.ms_per_image(nnet, image, 8, {}, reps=2)
+    assert nnet.shapes == [(1, 3, 31, 47)] * 3 + [(8, 3, 31, 47)] * 3  # a warm-up, 2 runs
+    assert 80 <= one < 200  # a call's time (a loaded machine sleeps longer, never shorter)
+    assert 10 <= eight < 25  # the same call's time over 8 images
+
+
+def test_a_gpu_is_synchronised_before_and_after_each_timed_run(bench_tool, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("sync"))
+    bench_tool.median_seconds(lambda: calls.append("run"), 2, torch.device("cuda:0"))
+    assert calls == ["run", "sync", "run", "sync", "sync", "run", "sync"]
+    calls.clear()
+    bench_tool.median_seconds(lambda: calls.append("run"), 2, torch.device("cpu"))
+    assert calls == ["run"] * 3
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_rows_without_a_gpu_are_not_available_and_exit_0(bench_tool, snapshot, tmp_path,
+                                                              capsys):
+    rows_json = tmp_path / "rows.json"
+    assert bench_tool.main(argv_of(snapshot, "--device", "cuda", "--json", str(rows_json))) == 0
+    rows = json.loads(rows_json.read_text())
+    assert [(r["runtime"], r["precision"]) for r in rows] == [
+        ("torch", "fp32"), ("torch", "bf16"), ("torch", "compile")]  # a GPU's rows
+    for row in rows:
+        assert row["check"].startswith("not available: --device cuda: this machine has no "
+                                       "usable GPU")
+        assert row["AP"] is None and row["ms"] == {}
+    assert "| torch | compile | - | - |" in capsys.readouterr().out
+    # ... unless --min-ap was asked of rows named
+    assert bench_tool.main(argv_of(snapshot, "--device", "cuda", "--rows", "torch:fp32",
+                                  "--min-ap", "0")) == 1
+
+
+def test_the_command_line_without_a_gpu_exits_0(snapshot):
+    """The same as a script (`cornernet benchmark` runs it so): the table, exit 0."""
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "benchmark.py"),
+                           *argv_of(snapshot, "--device", "cuda", "--rows", "torch:compile")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "| torch | compile |" in done.stdout and "not available: --device cuda" in done.stdout
+
+
+@pytest.mark.slow  # dynamo traces CornerNet_Tiny before the first kernel needs the compiler
+@pytest.mark.timeout(900)
+def test_a_compile_row_without_a_compiler_is_not_available(bench_tool, snapshot, tmp_path,
+                                                          monkeypatch):
+    """Where inductor finds no C++ compiler the torch.compile row says so; the others run."""
+    import torch._inductor.config as inductor
+
+    monkeypatch.setattr(inductor.cpp, "cxx", ("no-such-c++-compiler",))
+    monkeypatch.setattr(inductor, "fx_graph_cache", False)  # no kernels from an earlier run
+    rows_json = tmp_path / "rows.json"
+    argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--rows", "torch:fp32",
+                   "torch:compile", "--json", str(rows_json))
+    assert bench_tool.main(argv) == 0
+    fp32, compiled = json.loads(rows_json.read_text())
+    assert fp32["check"] == "passed" and fp32["ms"]["1"] > 0
+    assert compiled["check"].startswith("not available: torch.compile cannot run here: "
+                                        "InvalidCxxCompiler")
+    assert compiled["AP"] is None and compiled["ms"] == {}
+
+
+def inductor_runs():
+    """Whether torch.compile's inductor can compile for this CPU (it needs a C++ compiler)."""
+    try:
+        torch.compile(torch.nn.Linear(2, 2))(torch.ones(1, 2))
+    except Exception:  # noqa: BLE001 - any reason is a reason to skip
+        return False
+    return True
+
+
+@pytest.mark.slow  # torch.compile of CornerNet_Tiny for three input shapes: minutes on 2 cores
+@pytest.mark.timeout(1500)
+def test_torch_rows_at_batch_1_and_8_and_compile_gives_eager_detections(bench_tool, snapshot,
+                                                                       tmp_path):
+    rows_json = tmp_path / "rows.json"
+    argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--batch", "1", "8",
+                   "--rows", "torch:fp32", "torch:bf16", "torch:compile", "--json",
+                   str(rows_json))
+    assert bench_tool.main(argv) == 0
+    fp32, bf16, compiled = json.loads(rows_json.read_text())
+    for row in (fp32, bf16, compiled):
+        assert set(row["ms"]) == {"1", "1/b8"} and row["ms"]["1/b8"] > 0
+        assert row["size_mb"] == fp32["size_mb"] > 1
+    assert fp32["check"] == bf16["check"] == "passed"
+    if not inductor_runs():
+        assert compiled["check"].startswith("not available: torch.compile cannot run here")
+        return
+    # check "passed": its detections on the first image equal eager's within the parity
+    # tolerance of shared/reference/README.md section 6; and so does the AP of two images.
+    assert compiled["check"] == "passed"
+    assert fp32["AP"] is not None and compiled["AP"] == pytest.approx(fp32["AP"], abs=1e-3)
