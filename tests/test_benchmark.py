@@ -1,7 +1,6 @@
 """tools/benchmark.py's device and batch options and its torch rows (fp32, bf16, torch.compile),
 on a CornerNet_Tiny snapshot of coco128; no export (torch rows only)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,17 +10,11 @@ import pytest
 import torch
 from _onnx import spread_weights
 from _tiny_coco import ROOT, make_tiny_coco
+from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
 from core.nnet.py_factory import NetworkFactory
-
-
-def load_tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +101,7 @@ def test_cuda_rows_without_a_gpu_are_not_available_and_exit_0(bench_tool, snapsh
                                   "--min-ap", "0")) == 1
 
 
+@pytest.mark.slow  # the tool's own process
 def test_the_command_line_without_a_gpu_exits_0(snapshot):
     """The same as a script (`cornernet benchmark` runs it so): the table, exit 0."""
     if torch.cuda.is_available():
@@ -119,23 +113,29 @@ def test_the_command_line_without_a_gpu_exits_0(snapshot):
     assert "| torch | compile |" in done.stdout and "not available: --device cuda" in done.stdout
 
 
-@pytest.mark.slow  # dynamo traces CornerNet_Tiny before the first kernel needs the compiler
-@pytest.mark.timeout(900)
+@pytest.mark.slow  # two rows on two images: seconds
 def test_a_compile_row_without_a_compiler_is_not_available(bench_tool, snapshot, tmp_path,
                                                           monkeypatch):
-    """Where inductor finds no C++ compiler the torch.compile row says so; the others run."""
-    import torch._inductor.config as inductor
+    """Where inductor cannot compile (no C++ compiler) the torch.compile row says so and the
+    other rows run. The failure is dynamo's, as a missing compiler raises it at the first call
+    (tracing CornerNet_Tiny up to the real compiler call takes minutes on 2 cores)."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    from torch._inductor.exc import InvalidCxxCompiler
 
-    monkeypatch.setattr(inductor.cpp, "cxx", ("no-such-c++-compiler",))
-    monkeypatch.setattr(inductor, "fx_graph_cache", False)  # no kernels from an earlier run
+    def no_compiler(model):
+        def call(*args, **kwargs):
+            raise BackendCompilerFailed(no_compiler, InvalidCxxCompiler(), None)
+        return call
+
+    monkeypatch.setattr(torch, "compile", no_compiler)
     rows_json = tmp_path / "rows.json"
     argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--rows", "torch:fp32",
                    "torch:compile", "--json", str(rows_json))
     assert bench_tool.main(argv) == 0
     fp32, compiled = json.loads(rows_json.read_text())
     assert fp32["check"] == "passed" and fp32["ms"]["1"] > 0
-    assert compiled["check"].startswith("not available: torch.compile cannot run here: "
-                                        "InvalidCxxCompiler")
+    assert compiled["check"].startswith("not available: torch.compile cannot run here: ")
+    assert "InvalidCxxCompiler" in compiled["check"]
     assert compiled["AP"] is None and compiled["ms"] == {}
 
 
@@ -148,24 +148,32 @@ def inductor_runs():
     return True
 
 
-@pytest.mark.slow  # torch.compile of CornerNet_Tiny for three input shapes: minutes on 2 cores
-@pytest.mark.timeout(1500)
-def test_torch_rows_at_batch_1_and_8_and_compile_gives_eager_detections(bench_tool, snapshot,
-                                                                       tmp_path):
+@pytest.mark.slow  # bf16 autocast on a CPU without bf16 units: seconds per image
+def test_torch_rows_at_batch_1_and_8(bench_tool, snapshot, tmp_path):
     rows_json = tmp_path / "rows.json"
     argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--batch", "1", "8",
-                   "--rows", "torch:fp32", "torch:bf16", "torch:compile", "--json",
-                   str(rows_json))
+                   "--rows", "torch:fp32", "torch:bf16", "--json", str(rows_json))
     assert bench_tool.main(argv) == 0
-    fp32, bf16, compiled = json.loads(rows_json.read_text())
-    for row in (fp32, bf16, compiled):
+    fp32, bf16 = json.loads(rows_json.read_text())
+    for row in (fp32, bf16):
         assert set(row["ms"]) == {"1", "1/b8"} and row["ms"]["1/b8"] > 0
         assert row["size_mb"] == fp32["size_mb"] > 1
     assert fp32["check"] == bf16["check"] == "passed"
+
+
+@pytest.mark.slow  # inductor compiles CornerNet_Tiny for each input shape: minutes on 2 cores
+@pytest.mark.timeout(900)
+def test_compile_gives_eager_detections(bench_tool, snapshot, tmp_path):
+    rows_json = tmp_path / "rows.json"
+    argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--rows", "torch:fp32",
+                   "torch:compile", "--json", str(rows_json))
+    argv[argv.index("--images") + 1] = "1"
+    assert bench_tool.main(argv) == 0
+    fp32, compiled = json.loads(rows_json.read_text())
     if not inductor_runs():
         assert compiled["check"].startswith("not available: torch.compile cannot run here")
         return
     # check "passed": its detections on the first image equal eager's within the parity
-    # tolerance of shared/reference/README.md section 6; and so does the AP of two images.
-    assert compiled["check"] == "passed"
+    # tolerance of shared/reference/README.md section 6; and so does the AP of that image.
+    assert compiled["check"] == "passed" and compiled["ms"]["1"] > 0
     assert fp32["AP"] is not None and compiled["AP"] == pytest.approx(fp32["AP"], abs=1e-3)

@@ -163,5 +163,9 @@ class CompileUnavailable(RuntimeError):
 
 
 def _first_line(err: BaseException) -> str:
+    """The first line of `err`; for a backend's failure, its cause's class and first line."""
+    inner = getattr(err, "inner_exception", None)
+    if isinstance(inner, BaseException):
+        return f"{type(inner).__name__}: {_first_line(inner)}"
     text = str(err).strip()
     return text.splitlines()[0][:200] if text else type(err).__name__
