@@ -22,6 +22,7 @@ from torch import nn
 
 from ..config import ConfigError, SystemConfig, check_db_config
 from ..config.system import SYSTEM_KEYS
+from ..errors import UserMistake
 from ..models import build_model, load_original_state_dict, strip_module_prefix
 from ..nnet.checkpoint import SNAPSHOT_FORMAT, config_difference, plain, read_snapshot
 from ..utils.device import resolve_device
@@ -158,8 +159,9 @@ class InferenceNetwork:
                 from None
 
 
-class CompileUnavailable(RuntimeError):
-    """torch.compile cannot run on this machine (a missing compiler, not a wrong model)."""
+class CompileUnavailable(UserMistake, RuntimeError):
+    """torch.compile cannot run on this machine (a missing compiler, not a wrong model): like a
+    missing package, something to install or a row to leave out, said in one line."""
 
 
 def _first_line(err: BaseException) -> str:
