@@ -47,6 +47,7 @@ def bf16_step(tmp_path, db, chunks: int) -> tuple[int, list[torch.Tensor]]:
     return casts.count, [p.grad for p in nnet.model.parameters() if p.grad is not None]
 
 
+@pytest.mark.slow  # 3 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_step_of_two_chunks_casts_each_weight_once_and_equals_a_region_per_chunk(
         tmp_path, db, monkeypatch):
     once, _ = bf16_step(tmp_path, db, chunks=1)

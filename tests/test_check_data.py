@@ -42,6 +42,7 @@ def _hand_count(path):
 
 
 @pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.slow  # 2 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_counts_equal_a_hand_count_from_the_json(checked, coco128, split):
     _, report = checked
     content, names, objects, without = _hand_count(

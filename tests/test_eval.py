@@ -43,6 +43,7 @@ def perfect_predictions(db):
 
 
 @pytest.mark.parametrize("backend", ["faster", "pycocotools"])
+@pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_perfect_predictions_score_ap_one(coco128, tmp_path, backend):
     db = coco_db(coco128, tmp_path)
     metrics = score(db, perfect_predictions(db), tmp_path / "out", backend=backend)
@@ -55,6 +56,7 @@ def test_perfect_predictions_score_ap_one(coco128, tmp_path, backend):
 
 
 @pytest.mark.parametrize("backend", ["faster", "pycocotools"])
+@pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_swapping_two_classes_lowers_ap(coco128, tmp_path, backend):
     db = coco_db(coco128, tmp_path)
     top_bboxes = perfect_predictions(db)
@@ -74,6 +76,7 @@ def test_category_ids_come_from_the_dataset_mapping(coco128, tmp_path):
     assert results[0]["bbox"] == [1.0, 2.0, 10.0, 30.0] and results[0]["score"] == 0.5
 
 
+@pytest.mark.slow  # 2 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_wrong_mapping_in_the_dataset_lowers_ap(coco128, tmp_path, monkeypatch):
     db = coco_db(coco128, tmp_path)
     top_bboxes = perfect_predictions(db)
@@ -82,6 +85,7 @@ def test_wrong_mapping_in_the_dataset_lowers_ap(coco128, tmp_path, monkeypatch):
     assert score(db, top_bboxes, tmp_path)["AP"] == pytest.approx(0.0)
 
 
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_images_without_detections_count_as_misses(coco128, tmp_path):
     db = coco_db(coco128, tmp_path)
     top_bboxes = perfect_predictions(db)
@@ -93,6 +97,7 @@ def test_images_without_detections_count_as_misses(coco128, tmp_path):
     assert score(db, empty, tmp_path)["AP"] == 0.0
 
 
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_an_unreadable_image_is_a_counted_miss(coco128, tmp_path):
     db = coco_db(coco128, tmp_path)
     top_bboxes = perfect_predictions(db)

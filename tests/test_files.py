@@ -127,6 +127,7 @@ def _mount_tiny_tmpfs_or_skip() -> list[str]:
     return ["unshare", "-rm", "sh", "-c"]
 
 
+@pytest.mark.slow  # 2 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_real_full_tmpfs_keeps_the_previous_snapshot(tmp_path):
     prefix = _mount_tiny_tmpfs_or_skip()
     disk = tmp_path / "disk"

@@ -90,6 +90,7 @@ def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
         select(["trian-*"], [], gpus=1)
 
 
+@pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_budget_cuts_a_long_step_refuses_the_rest_and_every_row_is_logged_as_it_ends(
         tmp_path):
     log = tmp_path / "out" / "check.log"

@@ -80,6 +80,7 @@ def meta_forward_sizes(model: torch.nn.Module, size: list[int]) -> tuple[list, l
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CONFIG_DIR.glob("*.json")))
+@pytest.mark.slow  # 6 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_size_rule_is_what_the_forward_pass_makes(name):
     """For every shipped config, the rule read from the model's structure gives the output and
     attention sizes a meta-device forward gives, at the config's input size and at sides next
@@ -100,6 +101,7 @@ def test_size_rule_is_what_the_forward_pass_makes(name):
                 meta_forward_sizes(model, size)
 
 
+@pytest.mark.slow  # 8 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_size_rule_decides_every_side_as_the_forward_pass_does():
     """Tiny (stride 4, 3 levels: sides in 29..32, 61..64, ...) for every side up to 130."""
     with torch.device("meta"):

@@ -49,6 +49,7 @@ def squeeze(request):
 
 
 @needs_reference
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_state_dict_matches_manifest(published):
     name, model = published
     manifest = [[k.removeprefix("module."), shape, dtype]
@@ -96,6 +97,7 @@ def test_fill_matches_fill_check(published):
 
 
 @needs_reference
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_train_path_forward_matches_original(published):
     name, model = published
     reference = _parity.load_reference(f"{name}.forward.json")
@@ -146,6 +148,7 @@ def test_squeeze_test_path_matches_original_decode(squeeze):
         assert (close & (rows[:, 7] == row[7])).any(), f"reference row {row.tolist()} missing"
 
 
+@pytest.mark.slow  # 8 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_test_path_returns_what_the_original_returns(published):
     """Without attention: (detections, tl_heat, br_heat, tl_tag, br_tag) of the last stack;
     Saccade: (detections, last-stack attention maps after sigmoid), or detections if no_att."""
@@ -171,6 +174,7 @@ def test_test_path_returns_what_the_original_returns(published):
         assert torch.equal(att, logits.sigmoid())
 
 
+@pytest.mark.slow  # 10 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_squeeze_runs_under_bfloat16_autocast(squeeze):
     x = torch.randn(1, 3, 127, 127, generator=torch.Generator().manual_seed(2))
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):

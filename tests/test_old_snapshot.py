@@ -54,6 +54,7 @@ def batches(db):
     return [batch_of(db, 4, seed=seed) for seed in range(4)]
 
 
+@pytest.mark.slow  # 3 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_an_old_layout_snapshot_resumes_bit_exactly(tmp_path, db, batches):
     straight = factory(tmp_path / "a", db, **SYSTEM)
     expected = [straight.train(batch) for batch in batches]

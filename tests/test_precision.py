@@ -40,6 +40,7 @@ def factory(tmp_path, db, seed: int = 0, **system) -> NetworkFactory:
     return NetworkFactory(tiny_config(tmp_path, **system), db, device="cpu")
 
 
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_bf16_autocast_trains_on_cpu_with_float32_losses(tmp_path, db):
     nnet = factory(tmp_path, db, amp="bf16")
     before = {k: v.clone() for k, v in nnet.model.state_dict().items()}

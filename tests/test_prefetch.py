@@ -172,6 +172,7 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
     assert skipped == [str(broken)]
 
 
+@pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_worker_exits_soon_after_its_trainer_dies():
     """The worker's parent is the fork server, which outlives a killed trainer: the worker
     must watch the trainer itself."""

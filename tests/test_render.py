@@ -45,6 +45,7 @@ def _assert_equal(rendered: list, reference: list) -> None:
                                              ("CornerNet_Squeeze", "cornernet"),
                                              ("CornerNet_Saccade", "cornernet_saccade")])
 @pytest.mark.parametrize("static", [False, True], ids=["cpu-window", "gpu-static-window"])
+@pytest.mark.slow  # 8 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_rendered_targets_equal_dense_reference_on_all_coco128_images(coco128, cache_dir,
                                                                       config, sampler, static):
     db = coco128_db(coco128, config, cache_dir)

@@ -35,6 +35,7 @@ def evaluated(coco128, tmp_path_factory):
     return out, metrics
 
 
+@pytest.mark.slow  # 2 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_the_pr_curves_areas_are_the_printed_ap50_and_ap75(evaluated):
     out, metrics = evaluated
     curves = json.loads((out / "pr_curves.json").read_text())
@@ -66,6 +67,7 @@ def test_the_pictures_are_pngs(evaluated):
         assert data.startswith(PNG) and len(data) > 5000, name
 
 
+@pytest.mark.slow  # 2 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_without_matplotlib_one_line_and_the_metrics_still_written(tmp_path):
     code = f"""
 import sys

@@ -22,6 +22,7 @@ def evaluate(root, *args):
         "cpu", "--images", "4", "--vis", "4", "--vis-thresh", "0", *args]))
 
 
+@pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_resumed_run_draws_the_pictures_the_stopped_run_journalled_but_never_drew(
         coco128, tmp_path, monkeypatch):
     root = make_tiny_coco(coco128, tmp_path)

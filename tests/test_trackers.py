@@ -124,6 +124,7 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow  # 3 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_path, monkeypatch,
                                                              capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError

@@ -154,6 +154,7 @@ def _noisy_truth(db, rng) -> dict:
     return detections
 
 
+@pytest.mark.slow  # 10 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_the_evaluator_and_analysis_give_the_numbers_of_the_coco_json(three, tmp_path, capsys):
     """The same detections per image, scored against each dataset's ground truth."""
     metrics, per_class, overall = {}, {}, {}
@@ -341,6 +342,7 @@ def test_a_list_file_split_and_a_polygon_line(three, tmp_path):
                                                    0.75 * height, 4]], rtol=1e-6)
 
 
+@pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_db_names_must_be_distinct_names():
     with pytest.raises(ConfigError, match="db.names must list distinct class names"):
         datasets["VOC"]({"names": ["cat", "cat"]})
