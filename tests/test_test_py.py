@@ -17,6 +17,7 @@ import time
 import cv2
 import numpy as np
 import pytest
+import torch
 from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
 from core.config import load_config
@@ -318,3 +319,25 @@ def test_system_snapshot_name_is_where_the_snapshots_are_found(tiny_coco):
     done = cli(tiny_coco, "--images", 2)
     assert done.returncode == 0, done.stderr
     assert f"loading {new / 'Renamed_0.pkl'}" in done.stdout
+
+
+@pytest.mark.slow  # two test.py runs in-process
+def test_a_snapshot_trained_with_sync_bn_and_fp16_is_tested_on_the_cpu(tiny_coco):
+    """`test.py --device cpu` on a config (and its snapshot's record) trained on GPUs with
+    system.sync_bn and fp16: the inference network has no SyncBatchNorm, gradient scaler or
+    training device rules, so it runs, in float32, and detects what the plain config does."""
+    assert cli(tiny_coco, "--images", 2, "--backend", "none").returncode == 0
+    results = out_dir(tiny_coco) / "results.json"
+    plain = json.loads(results.read_text())
+    config_file = tiny_coco / "configs" / "CocoTiny.json"
+    config = json.loads(config_file.read_text())
+    config["system"].update(sync_bn=True, amp="fp16")
+    config_file.write_text(json.dumps(config))
+    snapshot_file = tiny_coco / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.pkl"
+    snapshot = torch.load(snapshot_file, weights_only=True)
+    snapshot["config"]["system"].update(sync_bn=True, amp="fp16")
+    torch.save(snapshot, snapshot_file)
+    done = cli(tiny_coco, "--images", 2, "--backend", "none")
+    assert done.returncode == 0, done.stderr
+    assert "on cpu" in done.stdout
+    assert json.loads(results.read_text()) == plain
