@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from core.config import ConfigError, SystemConfig
+from core.engine.evaluation import inference_network
 from tests.test_precision import batch_of, factory
 
 
@@ -85,24 +86,24 @@ def test_snapshot_round_trip_continues_the_average_exactly(tmp_path, db):
 
 
 def test_test_path_runs_the_average_unless_raw_is_asked(tmp_path, db):
+    """What evaluation during training runs (an inference network of the factory's weights):
+    the average once it has a step, the trained weights when asked or before."""
     nnet = factory(tmp_path, db, ema_decay=0.5, ema_warmup=0)
     image = torch.rand(1, 3, 128, 128)
-    nnet.eval_mode()
-    assert nnet.evaluated_weights == "raw"  # nothing averaged yet
+    assert inference_network(nnet).evaluated_weights == "raw"  # nothing averaged yet
     nnet.train_mode()
     nnet.train(batch_of(db, 4))
     with torch.no_grad():
         nnet.ema.module.tl_heats[-1][-1].bias += 1.0  # tell the two apart
-    nnet.eval_mode()
-    averaged = nnet.test(image)
-    assert nnet.evaluated_weights == "ema"
-    assert torch.equal(averaged[0], nnet.ema.module(image, test=True)[0])
-    nnet.use_ema = False
-    assert nnet.evaluated_weights == "raw"
-    with torch.no_grad():
-        raw = nnet.model(image, test=True)
-    assert torch.equal(nnet.test(image)[0], raw[0])
-    assert not torch.equal(nnet.test(image)[0], averaged[0])
+        expected_average = nnet.ema.module.eval()(image, test=True)[0]
+        expected_raw = nnet.model.eval()(image, test=True)[0]
+    averaged = inference_network(nnet)
+    assert averaged.evaluated_weights == "ema"
+    assert torch.equal(averaged.test(image)[0], expected_average)
+    raw = inference_network(nnet, raw_weights=True)
+    assert raw.evaluated_weights == "raw"
+    assert torch.equal(raw.test(image)[0], expected_raw)
+    assert not torch.equal(raw.test(image)[0], expected_average)
 
 
 def test_a_snapshot_without_an_average_starts_it_at_its_weights(tmp_path, db):
@@ -110,7 +111,7 @@ def test_a_snapshot_without_an_average_starts_it_at_its_weights(tmp_path, db):
     plain.save_params(1)
     nnet = factory(tmp_path, db, seed=4, ema_decay=0.9)
     nnet.load_params(1, model_only=True)
-    assert nnet.ema.steps == 0 and nnet.evaluated_weights == "raw"
+    assert nnet.ema.steps == 0 and inference_network(nnet).evaluated_weights == "raw"
     for key, value in plain.model.state_dict().items():
         assert torch.equal(nnet.ema.module.state_dict()[key], value), key
 

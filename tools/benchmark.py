@@ -62,6 +62,8 @@ from core.inference.network import CompileUnavailable
 from core.inference.onnx_runtime import MissingOnnxRuntime, check_identity, onnx_file
 from core.inference.openvino_runtime import MissingOpenVino
 from core.inference.quantize import (
+    DEFAULT_IMAGES,
+    KEEP_FLOAT,
     calibration_inputs,
     int8_file,
     quantize_onnxruntime,
@@ -97,11 +99,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch", type=int, nargs="+", default=None,
                         help="time ms per image at these batch sizes (default: 1 and 8 on a "
                              "GPU, 1 on a CPU)")
-    parser.add_argument("--calib-images", type=int, default=300,
-                        help="training images the INT8 files are calibrated on (default 300)")
+    parser.add_argument("--calib-images", type=int, default=DEFAULT_IMAGES,
+                        help="training images the INT8 files are calibrated on (default "
+                             f"{DEFAULT_IMAGES})")
     parser.add_argument("--calib-split", default=None,
                         help="the split to calibrate on (default: system.train_split)")
-    parser.add_argument("--keep-float", choices=("heads", "none"), default="heads",
+    parser.add_argument("--keep-float", choices=KEEP_FLOAT, default="heads",
                         help="INT8: keep the heads' last convolutions in float (default)")
     parser.add_argument("--reps", type=int, default=3, help="timed runs per row (median)")
     parser.add_argument("--time-size", type=int, default=None, metavar="N",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import nn
@@ -96,7 +96,6 @@ class NetworkFactory:
             self.network = torch.compile(self.network)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.ema = WeightAverage.of(self.model, system_config)  # None unless system.ema_decay
-        self.use_ema = True  # the test path runs the average, if there is one
         self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
         params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
@@ -235,19 +234,6 @@ class NetworkFactory:
             return self._global_mean(self._whole_batch_losses(batch, chunks))
         with parallel.casts_once(self.device.type):
             return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
-
-    @property
-    def evaluated_weights(self) -> str:
-        """Which weights the test path runs: "ema" (an average of at least one step) or "raw"."""
-        return "ema" if self.use_ema and self.ema is not None and self.ema.steps else "raw"
-
-    @torch.no_grad()
-    def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
-        """The model's test path: `model(image, test=True, **kwargs)` on this device, with the
-        weight average when `evaluated_weights` is "ema"."""
-        model = self.ema.module if self.evaluated_weights == "ema" else self.model
-        with self._autocast():
-            return model(image.to(self.device), test=True, **kwargs)
 
     # ------------------------------------------------------------------------ parameters
     def config_record(self) -> dict:
