@@ -1,6 +1,8 @@
 """Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
 finds it), and a small thread budget for CPU tests."""
 
+import signal
+
 import pytest
 import torch
 from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
@@ -36,3 +38,14 @@ def tiny_db(coco128, tmp_path_factory):
     """The coco128 training split as CornerNet_Tiny's dataset (80 classes)."""
     from tests._dense_reference import coco128_db
     return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
+
+
+@pytest.fixture
+def restore_handlers():
+    """The stop and resume signals' handlers as they were before the test (a test that makes a
+    StopRequest or runs `launch` in-process installs its own)."""
+    from core.engine import stop as stops
+    saved = {s: signal.getsignal(s) for s in (*stops.STOPS, *stops.CANDIDATES)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)

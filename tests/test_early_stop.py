@@ -93,14 +93,6 @@ def test_a_stop_during_a_dry_run_ends_it_in_one_line(long_run):
     assert "stopped by SIGTERM: a dry run has nothing to save" in output
 
 
-@pytest.fixture
-def restore_handlers():
-    saved = {s: signal.getsignal(s) for s in (*stops.STOPS, *stops.CANDIDATES)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
-
-
 def test_an_early_stop_is_taken_over_and_a_second_early_ctrl_c_hurries(restore_handlers,
                                                                        monkeypatch):
     monkeypatch.setattr(stops, "_early", [])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-import signal
 
 import pytest
 from _train_helpers import write_config
@@ -12,16 +11,7 @@ from _train_helpers import write_config
 import train
 from core.config import ConfigError
 from core.engine import cluster
-from core.engine import stop as stops
 from core.engine.launch import Options, _rendezvous, launch
-
-
-@pytest.fixture
-def restore_handlers():
-    saved = {s: signal.getsignal(s) for s in (*stops.STOPS, *stops.CANDIDATES)}
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 def test_every_argument_of_train_py_is_an_option_of_the_same_name():
