@@ -1,0 +1,78 @@
+"""Datasets take the values they read (`DatasetSettings`), and the original's `sys_config=` form
+builds the same dataset."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.config import DatasetSettings, SystemConfig
+from core.dbs import COCO, datasets
+
+ALL_JSON = "instances_coco128.json"
+
+
+def _db_config(coco128: Path) -> dict:
+    return {"categories": 80, "image_dirs": {"all": str(coco128 / "images")},
+            "annotation_files": {"all": str(coco128 / "annotations" / ALL_JSON)}}
+
+
+def test_the_settings_are_the_configs_values(tmp_path: Path):
+    config = SystemConfig(tmp_path).replace(data_dir="d", cache_dir=str(tmp_path / "c"),
+                                            train_split="all", strict_images=True, seed=7)
+    settings = config.dataset_settings()
+    assert settings == DatasetSettings(data_dir=tmp_path / "d", cache_dir=tmp_path / "c",
+                                       train_split="all", strict_images=True, seed=7,
+                                       root=tmp_path)
+    # The db section's paths resolve as the config resolves its own.
+    for path in ["a/b.json", "../x", str(tmp_path / "abs"), "~/y"]:
+        assert settings.resolve(path) == config.resolve(path)
+    assert settings.resolve("a/b.json") == tmp_path / "a" / "b.json"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.seed = 8  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(settings)) == settings
+
+
+def test_settings_and_the_sys_config_form_build_the_same_dataset(coco128: Path, tmp_path: Path):
+    config = SystemConfig().replace(cache_dir=str(tmp_path / "cache"), seed=11)
+    by_values = datasets["COCO"](_db_config(coco128), split="all",
+                                 settings=config.dataset_settings())
+    original = datasets["COCO"](_db_config(coco128), split="all", sys_config=config)
+    assert len(by_values.db_inds) == len(original.db_inds) == 128
+    for ind in (0, 5, 127):
+        assert by_values.image_path(ind) == original.image_path(ind)
+        np.testing.assert_array_equal(by_values.detections(ind), original.detections(ind))
+    # Seeded from the settings' seed and the split, as from the config's.
+    assert by_values.rng.integers(1 << 30, size=4).tolist() == \
+        original.rng.integers(1 << 30, size=4).tolist()
+    other_seed = COCO(_db_config(coco128), split="all",
+                      settings=dataclasses.replace(config.dataset_settings(), seed=12))
+    assert other_seed.rng.integers(1 << 30) != \
+        COCO(_db_config(coco128), split="all", sys_config=config).rng.integers(1 << 30)
+    assert list((tmp_path / "cache" / "dbs").iterdir())  # the settings' cache_dir is used
+
+
+def test_a_prefetch_workers_dataset_maker_carries_values_not_the_config(coco128: Path,
+                                                                       tmp_path: Path):
+    config = SystemConfig().replace(cache_dir=str(tmp_path / "cache"))
+    make_db = functools.partial(COCO, _db_config(coco128), split="all",
+                                settings=config.dataset_settings())
+    sent = pickle.dumps(make_db)
+    assert b"SystemConfig" not in sent
+    assert len(pickle.loads(sent)().db_inds) == 128
+
+
+def test_settings_or_sys_config_not_both_and_a_split_needs_one(coco128: Path):
+    config = SystemConfig()
+    with pytest.raises(TypeError, match="settings or a sys_config, not both"):
+        COCO(_db_config(coco128), split=None, settings=config.dataset_settings(),
+             sys_config=config)
+    with pytest.raises(ValueError, match=r"COCO\(split='all'\) needs settings"):
+        COCO(_db_config(coco128), split="all")
+    assert COCO(_db_config(coco128)).rng.integers(1 << 30) == \
+        COCO(_db_config(coco128), settings=config.dataset_settings()).rng.integers(1 << 30)
