@@ -37,8 +37,10 @@ def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
         check_backend(args.dist_backend, device.type)
     check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
-    check_shm(shm_need(system_config, db_config, args.workers,
-                       batch_size=sum(share.local_batch for share in node)))
+    check_shm(shm_need(db_config, system_config.sampling_function,
+                       sum(share.local_batch for share in node), args.workers,
+                       prefetch_size=system_config.prefetch_size,
+                       validation=bool(system_config.val_iter)))
     if data:
         dataset = lookup(datasets, system_config.dataset, "dataset")
         dataset(db_config, split=system_config.train_split,
