@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _train_helpers import write_config
 
 from core.config import DatasetSettings, SystemConfig
 from core.dbs import COCO, datasets
+from core.engine.launch import Options
+from core.engine.preflight import preflight
 
 ALL_JSON = "instances_coco128.json"
 
@@ -76,3 +80,21 @@ def test_settings_or_sys_config_not_both_and_a_split_needs_one(coco128: Path):
         COCO(_db_config(coco128), split="all")
     assert COCO(_db_config(coco128)).rng.integers(1 << 30) == \
         COCO(_db_config(coco128), settings=config.dataset_settings()).rng.integers(1 << 30)
+
+
+def test_the_preflight_data_check_says_what_the_dataset_finds_to_its_log(coco128: Path,
+                                                                        tmp_path: Path):
+    # A box reaching past its image: the loader clips it and says so, to the log it is given.
+    content = json.loads((coco128 / "annotations" / "instances_coco128_train.json").read_text())
+    images = {image["id"]: image for image in content["images"]}
+    first = content["annotations"][0]
+    first["bbox"] = [images[first["image_id"]]["width"] - 10, 5, 40, 20]
+    first["iscrowd"] = 0
+    edited = tmp_path / "instances_edited.json"
+    edited.write_text(json.dumps(content))
+    folder = write_config(tmp_path, coco128, annotations={
+        "train": str(edited), "val": str(coco128 / "annotations" / "instances_coco128_val.json")})
+    said: list[str] = []
+    preflight(Options(cfg_file="Tiny128", config_dir=folder, workers=1, device="cpu"), 1,
+              said.append)
+    assert [line for line in said if "clipped to the image" in line and str(edited) in line]
