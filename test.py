@@ -203,7 +203,7 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
                     else "results.json")
     metrics = score(db, detections, out_dir, args.backend, image_ids=image_ids,
                     unreadable=unreadable, results_name=results_name,
-                    weights=nnet.evaluated_weights, class_table=True)
+                    weights=nnet.evaluated_weights, class_table=True, log=print)
     print(run.summary(seconds, nnet.device, time.perf_counter() - start))
     journal.remove()
     return metrics

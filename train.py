@@ -135,7 +135,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    return launch(parse_args(argv), train)
+    return launch(parse_args(argv), train, log=print)
 
 
 if __name__ == "__main__":

@@ -63,7 +63,10 @@ def shm_table(workers: int) -> None:
         needs = []
         for label, rule in RULES.items():
             ring.ring_slots = rule
-            need = files.format_bytes(ring.shm_need(system_config, db_config, workers))
+            need = files.format_bytes(ring.shm_need(
+                db_config, system_config.sampling_function, system_config.batch_size, workers,
+                prefetch_size=system_config.prefetch_size,
+                validation=bool(system_config.val_iter)))
             needs.append(f"{label} {need:>10s}")
         ring.ring_slots = CURRENT
         print(f"{name:18s} batch {system_config.batch_size:2d} --workers {workers}: /dev/shm "

@@ -137,7 +137,9 @@ def fit_workers(config_dir: Path, name: str, workers: int) -> int:
     free = disk_free(Path("/dev/shm"))
     system_config, db_config = load_config(name, config_dir)
     for count in range(workers, 0, -1):
-        if shm_need(system_config, db_config, count) <= 0.9 * free:
+        if shm_need(db_config, system_config.sampling_function, system_config.batch_size,
+                    count, prefetch_size=system_config.prefetch_size,
+                    validation=bool(system_config.val_iter)) <= 0.9 * free:
             return count
     return 1
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shutil
@@ -317,13 +318,12 @@ def test_shm_need_is_what_the_prefetcher_allocates():
 
 def test_shm_need_counts_workers_slots_and_the_validation_ring():
     db = check_db_config({"input_size": [255, 255], "max_objects": 128})
-    system = SystemConfig().update_config({"batch_size": 48, "prefetch_size": 5,
-                                           "val_iter": 100})
     per_batch = 48 * (255 * 255 * 3 + 48 + 128 * 24 + 8)
-    assert shm_need(system, db, 4) == (4 * 2 + 2) * per_batch
-    assert shm_need(system, db, 1) == (3 + 2) * per_batch
-    assert shm_need(system, db, 1, batch_size=12) == (3 + 2) * per_batch // 4
-    assert shm_need(system.replace(val_iter=0), db, 2) == 2 * 2 * per_batch
+    need = functools.partial(shm_need, db, "cornernet", prefetch_size=5)
+    assert need(48, 4, validation=True) == (4 * 2 + 2) * per_batch
+    assert need(48, 1, validation=True) == (3 + 2) * per_batch
+    assert need(12, 1, validation=True) == (3 + 2) * per_batch // 4
+    assert need(48, 2, validation=False) == 2 * 2 * per_batch
 
 
 def test_too_little_shm_names_need_free_and_the_ways_out(tmp_path, monkeypatch):

@@ -65,7 +65,7 @@ def test_selects_losses_lr_and_ap_series_with_their_values():
     records = [training_line(10), training_line(20), evaluation(20, 0.5),
                training_line(40), {**training_line(50), "val_loss": 2.0},
                {**evaluation(50, 0.625), "AP75": -1.0}]
-    curves = plot_metrics.select_curves(records, Path("m.jsonl"))
+    curves = plot_metrics.select_curves(records, Path("m.jsonl"), print)
     assert list(curves.losses) == ["loss", *TERMS, "val_loss"]
     assert curves.losses["loss"] == ([10, 20, 40, 50], [0.8, 0.4, 0.2, 0.16])
     assert curves.losses["focal"] == ([10, 20, 40, 50], [0.4, 0.2, 0.1, 0.08])
@@ -77,13 +77,13 @@ def test_selects_losses_lr_and_ap_series_with_their_values():
 
 
 def test_no_ap_series_before_the_first_evaluation():
-    curves = plot_metrics.select_curves([training_line(10)], Path("m.jsonl"))
+    curves = plot_metrics.select_curves([training_line(10)], Path("m.jsonl"), print)
     assert curves.ap == {}
 
 
 def test_an_iteration_written_twice_keeps_its_last_value():
     records = [training_line(10), training_line(20), {**training_line(20), "loss": 7.0}]
-    curves = plot_metrics.select_curves(records, Path("m.jsonl"))
+    curves = plot_metrics.select_curves(records, Path("m.jsonl"), print)
     assert curves.losses["loss"] == ([10, 20], [0.8, 7.0])
 
 

@@ -3,8 +3,6 @@ semantics (colour folded into one affine), skipping of unreadable images, and re
 
 from __future__ import annotations
 
-import importlib
-import logging
 import shutil
 
 import cv2
@@ -12,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.engine.metrics import DataCounts
 from core.sample import data_sampling_func
 from core.sample.cornernet import cornernet_view
 from core.sample.cornernet_saccade import attention_cells
@@ -202,21 +201,22 @@ def test_empty_and_grayscale_images_sample_fine(coco128, cache_dir, config, samp
         assert targets[0][2].max() == 1
 
 
-def test_objects_beyond_max_objects_are_dropped_and_said_once(coco128, cache_dir, monkeypatch,
-                                                              caplog):
-    # The package binds `cornernet` to the sampler function, so fetch the module by name.
-    module = importlib.import_module("core.sample.cornernet")
-    monkeypatch.setattr(module, "_said_dropped", False)
+def test_objects_beyond_max_objects_are_dropped_and_said_once(coco128, cache_dir):
+    # The sampler returns what it has to say (meta); the trainer's DataCounts says it, once.
     db = coco128_db(coco128, "CornerNet_Squeeze", cache_dir, max_objects=4)
     crowded = _index_of(db, 196)
-    with caplog.at_level(logging.WARNING, logger="core.sample.cornernet"):
-        for _ in range(2):
-            batch = _sample(db, "cornernet", [crowded, 0], data_aug=False)
-            assert batch["num_objects"][0] == 4
-            excess = [max(len(db.detections(ind)) - 4, 0) for ind in (crowded, 0)]
-            assert batch["meta"]["dropped_objects"] == sum(excess) > 0
-    said = [r for r in caplog.records if "max_objects" in r.getMessage()]
-    assert len(said) == 1
+    said: list[str] = []
+    counts = DataCounts(said.append)
+    for _ in range(2):
+        batch = _sample(db, "cornernet", [crowded, 0], data_aug=False)
+        assert batch["num_objects"][0] == 4
+        excess = [max(len(db.detections(ind)) - 4, 0) for ind in (crowded, 0)]
+        assert batch["meta"]["dropped_objects"] == sum(excess) > 0
+        counts.add(batch["meta"])
+    expected = (f"{sum(excess)} objects beyond db.max_objects were left out of a batch; the "
+                f"extras are dropped (said once; the metrics count them as dropped_objects)")
+    assert [line for line in said if "max_objects" in line] == [expected]
+    assert counts.values()["dropped_objects"] == 2 * sum(excess)
 
 
 @pytest.fixture

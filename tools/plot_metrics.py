@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
         path = metrics_path(args.target, args.cache_dir)
-        curves = select_curves(read_metrics(path), path)
+        curves = select_curves(read_metrics(path), path,
+                               lambda line: print(line, file=sys.stderr))
         out = args.out or path.with_name("metrics.png")
         plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
     except Exception as err:  # noqa: BLE001 - one report, by the project's table

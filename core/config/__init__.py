@@ -5,6 +5,7 @@ holds what the values must mean. The names below are the public ones, as they al
 """
 
 from ..errors import ConfigError, closest, lookup
+from .dataset_settings import DatasetSettings
 from .overrides import add_set_arg, parse_overrides, snapshot_arg
 from .system import (
     CONFIG_DIR,
@@ -17,6 +18,6 @@ from .system import (
     read_json,
 )
 
-__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "SystemConfig", "add_set_arg",
-           "check_db_config", "closest", "config_dirs", "config_path", "load_config", "lookup",
-           "parse_overrides", "read_json", "snapshot_arg"]
+__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "DatasetSettings", "SystemConfig",
+           "add_set_arg", "check_db_config", "closest", "config_dirs", "config_path",
+           "load_config", "lookup", "parse_overrides", "read_json", "snapshot_arg"]

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, closest
+from .dataset_settings import DatasetSettings, resolve_path
 from .overrides import parse_overrides
 from .rules import NAME, check_db_rules, check_finite, check_system_rules
 
@@ -310,8 +311,13 @@ class SystemConfig:
 
     def resolve(self, path: str | Path) -> Path:
         """`path` as an absolute path; relative ones are taken from the project root."""
-        path = Path(path).expanduser()
-        return path if path.is_absolute() else (self._root / path).resolve()
+        return resolve_path(self._root, path)
+
+    def dataset_settings(self) -> DatasetSettings:
+        """The values a dataset reads (`core.dbs` takes them instead of this config)."""
+        return DatasetSettings(data_dir=self.data_dir, cache_dir=self.cache_dir,
+                               train_split=self.train_split, strict_images=self.strict_images,
+                               seed=self.seed, root=self._root)
 
     @property
     def model_name(self) -> str:

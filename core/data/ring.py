@@ -10,12 +10,9 @@ before any worker is forked).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from .chunks import Deal
-
-if TYPE_CHECKING:
-    from ..config import SystemConfig
 
 
 def ring_slots(prefetch_size: int, workers: int, stream: str) -> int:
@@ -48,21 +45,19 @@ def image_bytes(db_config: dict, sampling_function: str) -> int:
     return height * width * 3 + records
 
 
-def shm_need(system_config: SystemConfig, db_config: dict, workers: int,
-             batch_size: int | None = None) -> int:
+def shm_need(db_config: dict, sampling_function: str, batch_size: int, workers: int, *,
+             prefetch_size: int, validation: bool) -> int:
     """Bytes of /dev/shm the prefetch rings of one process take.
 
     The training ring has `workers * ring_slots(prefetch_size, workers, "train")` slots of
-    one batch each, the validation ring (when val_iter > 0) one worker's slots. `batch_size`
-    is the process's share (default: the whole batch, which is also what all processes of a
-    run on one machine take together, since their shares add up to it).
+    one batch each, the validation ring (with `validation`: system.val_iter > 0) one worker's
+    slots. `batch_size` is the process's share; the whole batch (system.batch_size) is also what
+    all processes of a run on one machine take together, since their shares add up to it.
     """
-    per_batch = (batch_size or system_config.batch_size) * image_bytes(
-        db_config, system_config.sampling_function)
-    prefetch = system_config.prefetch_size
-    slots = workers * ring_slots(prefetch, workers, "train")
-    if system_config.val_iter:
-        slots += ring_slots(prefetch, 1, "val")
+    per_batch = batch_size * image_bytes(db_config, sampling_function)
+    slots = workers * ring_slots(prefetch_size, workers, "train")
+    if validation:
+        slots += ring_slots(prefetch_size, 1, "val")
     return slots * per_batch
 
 

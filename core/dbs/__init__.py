@@ -1,4 +1,6 @@
-"""Datasets by name: `datasets[system.dataset](db_config, split=..., sys_config=...)`."""
+"""Datasets by name: `datasets[system.dataset](db_config, split=..., settings=...)`, where
+`settings` is `system_config.dataset_settings()`; the original's `sys_config=system_config`
+is taken too."""
 
 from .coco import COCO
 from .detection import DETECTION, DatasetError

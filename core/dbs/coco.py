@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from core.config import ConfigError, SystemConfig, lookup
+from core.config import ConfigError, DatasetSettings, SystemConfig, lookup
 from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
 from core.utils.images import ImageReadError, read_image
 
@@ -40,33 +40,35 @@ class COCO(DETECTION):
     """A COCO-format detection dataset; see DETECTION for the interface."""
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
-        super().__init__(db_config, split, sys_config, log)
+                 settings: DatasetSettings | None = None, log: Log = to_stderr, *,
+                 sys_config: SystemConfig | None = None) -> None:
+        super().__init__(db_config, split, settings, log, sys_config=sys_config)
         for key in self._foreign_keys:
             if self._configs[key] is not None:
                 raise ConfigError(f"db.{key} is not read by system.dataset "
                                   f"'{type(self).__name__}'; remove it, or choose the dataset "
                                   f"it belongs to ({_KEY_OWNERS[key]})")
         if split is not None:
-            self._load_split(split, sys_config)
+            self._load_split(split, self._settings)
 
     # The db keys of the other datasets, refused rather than ignored.
     _foreign_keys: tuple[str, ...] = ("data_yaml", "voc_root", "names")
 
-    def _load_split(self, split: str, sys_config: SystemConfig | None) -> None:
-        if sys_config is None:
-            raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
-        image_dir, annotation_file = self._split_files(split, sys_config)
-        self._load(image_dir, annotation_file, sys_config.cache_dir / "dbs",
-                   training=split == sys_config.train_split)
+    def _load_split(self, split: str, settings: DatasetSettings | None) -> None:
+        if settings is None:
+            raise ValueError(f"{type(self).__name__}(split='{split}') needs settings (or "
+                             f"sys_config)")
+        image_dir, annotation_file = self._split_files(split, settings)
+        self._load(image_dir, annotation_file, settings.cache_dir / "dbs",
+                   training=split == settings.train_split)
 
-    def _split_files(self, split: str, sys_config: SystemConfig) -> tuple[Path, Path]:
+    def _split_files(self, split: str, settings: DatasetSettings) -> tuple[Path, Path]:
         """(image folder, annotation json) of `split`."""
         image_dirs = self._configs["image_dirs"]
         annotation_files = self._configs["annotation_files"]
         if image_dirs is None and annotation_files is None:
             folder = lookup(_DEFAULT_FOLDERS, split, "COCO split")
-            coco_dir = sys_config.data_dir / "coco"
+            coco_dir = settings.data_dir / "coco"
             return (coco_dir / "images" / folder,
                     coco_dir / "annotations" / f"instances_{folder}.json")
         if image_dirs is None or annotation_files is None:
@@ -76,7 +78,7 @@ class COCO(DETECTION):
             raise ConfigError(f"db.image_dirs has splits {sorted(image_dirs)} but "
                               f"db.annotation_files has {sorted(annotation_files)}")
         lookup(annotation_files, split, "split")
-        return sys_config.resolve(image_dirs[split]), sys_config.resolve(annotation_files[split])
+        return settings.resolve(image_dirs[split]), settings.resolve(annotation_files[split])
 
     def _load(self, image_dir: Path, annotation_file: Path, cache_dir: Path,
               training: bool) -> None:

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import cv2
 
-from core.config import SystemConfig
+from core.config import DatasetSettings
 from core.utils.files import StorageError, write_file_atomic
 
 from .coco import COCO
@@ -125,23 +125,24 @@ def coco_dict(images: list[tuple[str, int, int]], boxes: list[list[tuple]],
 
 
 class Converted(COCO):
-    """Base of YOLO and VOC: subclasses give `_source(split, sys_config)` -> (image folder,
-    cache key, where) and `_convert(split, sys_config, problems)` -> COCO instances dict."""
+    """Base of YOLO and VOC: subclasses give `_source(split, settings)` -> (image folder,
+    cache key, where) and `_convert(split, settings, problems)` -> COCO instances dict."""
 
-    def _load_split(self, split: str, sys_config: SystemConfig | None) -> None:
-        if sys_config is None:
-            raise ValueError(f"{type(self).__name__}(split='{split}') needs sys_config")
-        image_dir, key, where = self._source(split, sys_config)
-        cache_dir = sys_config.cache_dir / "dbs"
+    def _load_split(self, split: str, settings: DatasetSettings | None) -> None:
+        if settings is None:
+            raise ValueError(f"{type(self).__name__}(split='{split}') needs settings (or "
+                             f"sys_config)")
+        image_dir, key, where = self._source(split, settings)
+        cache_dir = settings.cache_dir / "dbs"
         stem = f"{type(self).__name__.lower()}-{split}-{key}"
         json_file, problems_file = cache_dir / f"{stem}.json", cache_dir / f"{stem}.problems"
-        problems = Problems(sys_config.strict_images)
+        problems = Problems(settings.strict_images)
         try:
             messages = json.loads(problems_file.read_text()) if json_file.is_file() else None
         except (OSError, ValueError):
             messages = None
         if not isinstance(messages, list):
-            content = self._convert(split, sys_config, problems)
+            content = self._convert(split, settings, problems)
             messages = problems.messages()
             self._check_categories(len(content["categories"]), where)
             try:
@@ -159,15 +160,15 @@ class Converted(COCO):
         for message in messages:
             self.log(message)
         self._load_problems = [f"{where}: {message}" for message in messages]
-        self._load(image_dir, json_file, cache_dir, training=split == sys_config.train_split)
+        self._load(image_dir, json_file, cache_dir, training=split == settings.train_split)
 
     def _check_categories(self, count: int, where: str) -> None:
         if count != self._configs["categories"]:
             raise DatasetError(f"db.categories is {self._configs['categories']} but {where} "
                                f"names {count} classes; set db.categories to {count}")
 
-    def _source(self, split: str, sys_config: SystemConfig) -> tuple[Path, str, str]:
+    def _source(self, split: str, settings: DatasetSettings) -> tuple[Path, str, str]:
         raise NotImplementedError
 
-    def _convert(self, split: str, sys_config: SystemConfig, problems: Problems) -> dict:
+    def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:
         raise NotImplementedError

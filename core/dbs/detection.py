@@ -1,7 +1,10 @@
 """DETECTION: the interface every dataset offers to the samplers and the evaluator.
 
-Construction: `datasets[name](db_config, split=<split key>, sys_config=system_config)`, where
-`db_config` is the raw "db" dict of a config. It is checked with `check_db_config` and kept whole
+Construction: `datasets[name](db_config, split=<split key>, settings=DatasetSettings, log=...)`,
+where `settings` holds the system values a dataset reads (`SystemConfig.dataset_settings()`)
+and `log` takes its warnings. The original's form `datasets[name](db_config, split=...,
+sys_config=system_config)` is kept: it takes the settings from the config. `db_config` is the raw
+"db" dict of a config. It is checked with `check_db_config` and kept whole
 (defaults filled in) as `.configs`. `split=None` builds an object holding the configs, the colour
 statistics and (where known without files) the classes; it touches no file.
 
@@ -30,8 +33,9 @@ Classes: contiguous `cls` 1..C <-> original category ids: `cls2coco(cls)`, `coco
 Statistics for normalisation and PCA lighting, the original COCO values: `mean`, `std` (3,)
 float32 in BGR order, `eig_val` (3,) float32, `eig_vec` (3, 3) float32.
 
-Randomness: `rng` is a numpy Generator owned by the dataset, seeded from the system seed and the
-split name unless replaced with `set_rng(generator)`; no global random state is used.
+Randomness: `rng` is a numpy Generator owned by the dataset, seeded from the system seed (the
+default's when no settings are given) and the split name unless replaced with
+`set_rng(generator)`; no global random state is used.
 
 Evaluation: `annotation_file` (Path of the instances json, None when split is None),
 `has_annotations` (False for test-dev style files without an "annotations" list).
@@ -48,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from core.config import SystemConfig, check_db_config
+from core.config import DatasetSettings, SystemConfig, check_db_config
 from core.errors import UserMistake
 from core.utils.images import read_image
 
@@ -72,7 +76,13 @@ class DETECTION:
     """
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
+                 settings: DatasetSettings | None = None, log: Log = to_stderr, *,
+                 sys_config: SystemConfig | None = None) -> None:
+        if sys_config is not None:  # the original's call form
+            if settings is not None:
+                raise TypeError("give a dataset its settings or a sys_config, not both")
+            settings = sys_config.dataset_settings()
+        self._settings = settings
         # Where the loader's warnings go (labels left out, a dataset cache it cannot use).
         self.log = log
         self._configs = check_db_config(db_config)
@@ -87,7 +97,7 @@ class DETECTION:
             [-0.56089297, 0.71832671, 0.41158938],
         ], dtype=np.float32)
 
-        seed = (sys_config or SystemConfig()).seed
+        seed = (settings or SystemConfig()).seed
         # crc32, not hash(): str hashes change between processes.
         self._rng = np.random.default_rng([seed, zlib.crc32((split or "").encode())])
 

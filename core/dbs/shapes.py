@@ -22,7 +22,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from core.config import ConfigError, SystemConfig, lookup
+from core.config import ConfigError, DatasetSettings, SystemConfig, lookup
 
 from .coco import COCO
 from .detection import Log, to_stderr
@@ -239,16 +239,17 @@ class Shapes(COCO):
     """The generated Shapes dataset, split keys "train" and "val"; see DETECTION."""
 
     def __init__(self, db_config: dict, split: str | None = None,
-                 sys_config: SystemConfig | None = None, log: Log = to_stderr) -> None:
-        super().__init__(db_config, split, sys_config, log)
+                 settings: DatasetSettings | None = None, log: Log = to_stderr, *,
+                 sys_config: SystemConfig | None = None) -> None:
+        super().__init__(db_config, split, settings, log, sys_config=sys_config)
         if split is None:
             self._set_classes(list(range(1, len(SHAPE_CLASSES) + 1)), list(SHAPE_CLASSES))
 
-    def _split_files(self, split: str, sys_config: SystemConfig) -> tuple[Path, Path]:
+    def _split_files(self, split: str, settings: DatasetSettings) -> tuple[Path, Path]:
         if self._configs["image_dirs"] is not None or self._configs["annotation_files"] is not None:
             raise ConfigError("the Shapes dataset writes its own files: remove db.image_dirs and "
                               "db.annotation_files, or use system.dataset \"COCO\" for your own")
         lookup(SPLITS, split, "Shapes split")
-        root = ensure_shapes(sys_config.data_dir / "shapes", self._configs["num_train_images"],
+        root = ensure_shapes(settings.data_dir / "shapes", self._configs["num_train_images"],
                              self._configs["num_val_images"], self.log)
         return root / "images" / split, root / "annotations" / f"instances_{split}.json"

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from xml.parsers import expat
 
-from core.config import ConfigError, SystemConfig
+from core.config import ConfigError, DatasetSettings
 
 from .converted import Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -180,17 +180,17 @@ class VOC(Converted):
 
     _foreign_keys = ("data_yaml", "image_dirs", "annotation_files")
 
-    def _root(self, sys_config: SystemConfig) -> Path:
+    def _root(self, settings: DatasetSettings) -> Path:
         if self._configs["voc_root"] is None:
             raise ConfigError("system.dataset 'VOC' needs db.voc_root: the folder holding "
                               "Annotations/, JPEGImages/ and ImageSets/Main/")
-        root = sys_config.resolve(self._configs["voc_root"])
+        root = settings.resolve(self._configs["voc_root"])
         if not (root / "Annotations").is_dir():
             raise FileNotFoundError(f"db.voc_root {root} has no Annotations folder")
         return root
 
-    def _source(self, split: str, sys_config: SystemConfig) -> tuple[Path, str, str]:
-        root = self._root(sys_config)
+    def _source(self, split: str, settings: DatasetSettings) -> tuple[Path, str, str]:
+        root = self._root(settings)
         ids = split_ids(root, split)
         xml_files = ([root / "Annotations" / f"{i}.xml" for i in ids] if self._configs["names"]
                      else sorted((root / "Annotations").glob("*.xml")))
@@ -199,5 +199,5 @@ class VOC(Converted):
         where = "db.names" if self._configs["names"] else f"{root}/Annotations"
         return root, key, where
 
-    def _convert(self, split: str, sys_config: SystemConfig, problems: Problems) -> dict:
-        return read_split(self._root(sys_config), split, self._configs["names"], problems)[1]
+    def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:
+        return read_split(self._root(settings), split, self._configs["names"], problems)[1]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from core.config import ConfigError, SystemConfig
+from core.config import ConfigError, DatasetSettings
 
 from .converted import Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -169,22 +169,22 @@ class YOLO(Converted):
 
     _foreign_keys = ("voc_root", "names", "image_dirs", "annotation_files")
 
-    def _data_yaml(self, sys_config: SystemConfig) -> Path:
+    def _data_yaml(self, settings: DatasetSettings) -> Path:
         if self._configs["data_yaml"] is None:
             raise ConfigError("system.dataset 'YOLO' needs db.data_yaml: the path of the "
                               "dataset's data.yaml")
-        path = sys_config.resolve(self._configs["data_yaml"])
+        path = settings.resolve(self._configs["data_yaml"])
         if not path.is_file():
             raise FileNotFoundError(f"db.data_yaml not found: {path}")
         return path
 
-    def _source(self, split: str, sys_config: SystemConfig) -> tuple[Path, str, str]:
-        data_yaml = self._data_yaml(sys_config)
+    def _source(self, split: str, settings: DatasetSettings) -> tuple[Path, str, str]:
+        data_yaml = self._data_yaml(settings)
         data = read_data_yaml(data_yaml)
         images = split_images(data, split, data_yaml)
         key = files_key(str(data_yaml), data_yaml.read_text(encoding="utf-8"), split,
                         files=[p for image in images for p in (image, label_path(image))])
         return data["root"], key, str(data_yaml)
 
-    def _convert(self, split: str, sys_config: SystemConfig, problems: Problems) -> dict:
-        return read_split(self._data_yaml(sys_config), split, problems)[1]
+    def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:
+        return read_split(self._data_yaml(settings), split, problems)[1]

@@ -51,8 +51,9 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     stop = StopRequest(at_once=True)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     sample = sampler(system_config.sampling_function, system_config.strict_images)
+    # Built in the prefetch workers only: they say what they find on their stderr.
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
-                                sys_config=system_config)
+                                settings=system_config.dataset_settings())
     where = resolve_device(device)
     try:
         if stop():
@@ -115,7 +116,7 @@ def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: Network
         resumed = nnet.load_params(start)
         log(f"continuing from snapshot {start}")
     elif system_config.pretrain and not args.initialize:
-        nnet.load_pretrained_params(system_config.resolve(system_config.pretrain))
+        nnet.load_pretrained_params(system_config.resolve(system_config.pretrain), log)
     if rank == 0:
         snapshots.set_aside_later_best(system_config.snapshot_file("best"), start, log)
     return start, resumed
@@ -127,16 +128,19 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     request is made first: it takes over a stop asked during start-up."""
     stop = stop_request(args, system_config)
     dataset = lookup(datasets, system_config.dataset, "dataset")
-    make_db = functools.partial(dataset, db_config, sys_config=system_config)
+    # The prefetch workers' datasets say what they find on their stderr (a rank's log does not
+    # cross into a process); this rank's own datasets say it to its log.
+    make_db = functools.partial(dataset, db_config, settings=system_config.dataset_settings())
+    make_here = functools.partial(make_db, log=log)
     if rank == 0:
         _check_storage(system_config, log)
-    training_db = make_db(split=system_config.train_split)
-    evaluate = Evaluator(system_config, functools.partial(make_db, split=system_config.val_split),
-                         rank, world, distributed)
+    training_db = make_here(split=system_config.train_split)
+    evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
+                         rank, world, distributed, log)
     if system_config.eval_iter and not args.initialize:
         evaluate.check(training_db)  # a validation split that cannot be scored: now, not later
     if system_config.val_iter and not args.initialize:
-        _check_val_split(functools.partial(make_db, split=system_config.val_split),
+        _check_val_split(functools.partial(make_here, split=system_config.val_split),
                          system_config.val_split)
     share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
     torch.manual_seed(system_config.seed)
@@ -163,6 +167,6 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     run.load_state_dict(resumed)
     if rank == 0 and start == 0 and system_config.batch_pictures and not args.initialize:
         picture = system_config.snapshot_dir / "train_batch0.jpg"
-        save_batch_picture(run.sample, run.make_train_db(), picture)
+        save_batch_picture(run.sample, make_here(split=system_config.train_split), picture)
         log(f"wrote {picture}: what the network is shown (system.batch_pictures)")
     return run

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,9 +46,9 @@ class Curves:
         return max(its[-1] for its, _ in self.losses.values() if its)
 
 
-def select_curves(records: list[dict], where: Path,
-                  say: Callable[[str], None] | None = None) -> Curves:
+def select_curves(records: list[dict], where: Path, say: Callable[[str], None]) -> Curves:
     """The series to plot. A training line is one with a "loss"; its "terms" name its loss terms.
+    A line whose "terms" is not a list of names is left out of the terms, in a note to `say`.
 
     Losses are "loss", then the terms in order of first appearance, then "val_loss" if
     any. When an iteration appears more than once the last value wins.
@@ -62,8 +61,8 @@ def select_curves(records: list[dict], where: Path,
     for record in training:
         terms = record.get("terms", [])
         if not (isinstance(terms, list) and all(isinstance(term, str) for term in terms)):
-            (say or _stderr)(f"note: {where}: iteration {record['iteration']}: \"terms\" "
-                             f"is {terms!r}, not a list of names; its terms are left out")
+            say(f"note: {where}: iteration {record['iteration']}: \"terms\" is {terms!r}, "
+                f"not a list of names; its terms are left out")
             continue
         names += [term for term in terms if term not in names]
     names += ["val_loss"] if any("val_loss" in r for r in records) else []
@@ -145,10 +144,6 @@ def _draw_ap(axis: Axes, curves: Curves) -> None:
     axis.legend(loc="best", fontsize="small")
 
 
-
-
-def _stderr(text: str) -> None:
-    print(text, file=sys.stderr)
 
 
 NO_MATPLOTLIB = ('the run report needs matplotlib: pip install -e ".[plot]" (metrics.jsonl '

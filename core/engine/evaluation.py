@@ -51,11 +51,13 @@ class Evaluator:
         system_config: the run's config (eval_iter, eval_images, max_iter, result_dir, ...).
         make_db: builds the validation split's dataset (once, on first use).
         rank, world, distributed: this process in the run.
+        log: where rank 0's scoring says what it found (the COCO summary and where it wrote).
     """
 
     def __init__(self, system_config: SystemConfig, make_db: Callable[[], Any], rank: int,
-                 world: int, distributed: bool) -> None:
+                 world: int, distributed: bool, log: Callable[[str], None]) -> None:
         self.system_config = system_config
+        self.log = log
         self.make_db = make_db
         self.rank, self.world, self.distributed = rank, world, distributed
         self._db = None
@@ -122,4 +124,4 @@ class Evaluator:
         self.last_results = out_dir
         # Results in the split's order, as test.py writes them: COCO breaks score ties by it.
         return score(db, found.detections, out_dir, image_ids=[db.image_id(i) for i in inds],
-                     unreadable=found.unreadable, weights=self.weights)
+                     unreadable=found.unreadable, weights=self.weights, log=self.log)

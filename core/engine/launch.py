@@ -269,9 +269,11 @@ def _rendezvous(args: Options) -> Options:
     return dataclasses.replace(args, dist_url=f"tcp://127.0.0.1:{dist_utils.free_port()}")
 
 
-def launch(args: argparse.Namespace | Options, train: Train) -> int:
+def launch(args: argparse.Namespace | Options, train: Train,
+           log: Callable[[str], None] = print) -> int:
     """Check the run, then train in this process, under torchrun or srun, or in spawned
-    processes. `train` is given the command line as frozen `Options`."""
+    processes. `train` is given the command line as frozen `Options`; `log` hears what the
+    checks before training tidied (train.py passes print)."""
     stop.catch_early()  # again (train.py did it first): launch may be called from Python
     args = Options.of(args)
     if dist_utils.launched_by_torchrun():
@@ -284,19 +286,19 @@ def launch(args: argparse.Namespace | Options, train: Train) -> int:
         check_args(args)
         if args.distributed and cluster.in_job_step():  # srun started this process as a rank
             args = cluster.adopt(args, cluster.slurm_task())
-            preflight(args, 1, data=args.rank == 0)
+            preflight(args, 1, log, data=args.rank == 0)
             return run_rank(train, 0, 1, args)
         if not args.distributed:  # the run itself reads the data next, in one line on error
             # once, here: cuda -> cuda:<current>
             args = dataclasses.replace(args, device=str(resolve_device(args.device)))
-            preflight(args, 1, data=False)
-            tidy_temp()
+            preflight(args, 1, log, data=False)
+            tidy_temp(log)
             return run_rank(train, 0, 1, args)
         args = _rendezvous(args)
         procs = dist_utils.procs_per_node(args.procs_per_node,
                                           gpus=distributed_kind(args.device) == "cuda")
-        preflight(args, procs)
-        tidy_temp()
+        preflight(args, procs, log)
+        tidy_temp(log)
     except KeyboardInterrupt:  # a second Ctrl-C during the checks: stop now, quietly
         return 128 + signal.SIGINT
     except USER_MISTAKES as err:

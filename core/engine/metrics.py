@@ -229,13 +229,20 @@ class DataCounts:
 
     def __init__(self, log: Callable[[str], None], before: dict | None = None) -> None:
         self.log = log
+        self._said_dropped = False
         self.load_state_dict(before or {})
 
     def add(self, meta: dict) -> None:
+        """Count a batch's meta; say each skipped image, and the first dropped objects."""
         for path in meta.get("skipped", []):
             self.log(f"skipped unreadable image {path}")
         self.skipped_images += len(meta.get("skipped", []))
-        self.dropped_objects += meta.get("dropped_objects", 0)
+        dropped = meta.get("dropped_objects", 0)
+        if dropped and not self._said_dropped:
+            self.log(f"{dropped} objects beyond db.max_objects were left out of a batch; the "
+                     f"extras are dropped (said once; the metrics count them as dropped_objects)")
+            self._said_dropped = True
+        self.dropped_objects += dropped
 
     def values(self) -> dict[str, int]:
         return {"skipped_images": self.skipped_images, "dropped_objects": self.dropped_objects}

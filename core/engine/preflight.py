@@ -22,8 +22,10 @@ from ..utils.files import check_shm
 from ..utils.procs import remove_dead_mp_folders
 
 
-def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
-    """Raise the first mistake of the run `args` would start with `procs` processes a node."""
+def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
+              data: bool = True) -> None:
+    """Raise the first mistake of the run `args` would start with `procs` processes a node.
+    With `data`, the training split is loaded, saying what it finds to `log`."""
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
                                            overrides=getattr(args, "overrides", None))
     world = max(args.world_size, 1) * procs
@@ -35,11 +37,14 @@ def preflight(args: argparse.Namespace, procs: int, data: bool = True) -> None:
         check_backend(args.dist_backend, device.type)
     check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
-    check_shm(shm_need(system_config, db_config, args.workers,
-                       batch_size=sum(share.local_batch for share in node)))
+    check_shm(shm_need(db_config, system_config.sampling_function,
+                       sum(share.local_batch for share in node), args.workers,
+                       prefetch_size=system_config.prefetch_size,
+                       validation=bool(system_config.val_iter)))
     if data:
         dataset = lookup(datasets, system_config.dataset, "dataset")
-        dataset(db_config, split=system_config.train_split, sys_config=system_config)
+        dataset(db_config, split=system_config.train_split,
+                settings=system_config.dataset_settings(), log=log)
 
 
 def check_args(args: argparse.Namespace) -> None:

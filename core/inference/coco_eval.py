@@ -144,8 +144,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         class_table: report the AP and AP50 of each category (all go to metrics.json).
         report: also write the report (report.py): pr_curves.json and, with matplotlib, the
             precision-recall curves, per-class AP bars and confusion matrix pictures.
-        log: where the lines about what was written and the metrics table go (a script's
-            print by default; the benchmark passes one that drops them).
+        log: where the lines about what was written, the metrics table and the report go
+            (test.py passes print, training its run's log; the benchmark drops them).
 
     Returns:
         The 12 metrics, or None for a split without boxes (test-dev) or backend "none", which
@@ -195,7 +195,8 @@ def score(db: Any, detections: dict[int, dict[int, np.ndarray]], out_dir: Path,
         if not matplotlib_missing():
             truth, found, _ = read_run(Path(db.annotation_file), result_file, image_ids)
             matrix = confusion_matrix(truth, found, order)
-        write_report(out_dir, evaluator.eval["precision"], [names[i] for i in order], matrix)
+        write_report(out_dir, evaluator.eval["precision"], [names[i] for i in order], matrix,
+                     log)
     return metrics
 
 

@@ -8,7 +8,6 @@ values it reads; `cornernet` is the original's call form, which reads them from 
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +28,6 @@ from core.utils.images import ImageReadError
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
-
-logger = logging.getLogger(__name__)
-_said_dropped = False
 
 # fill(batch, slot, image, detections, meta) writes one image's records into the batch.
 Fill = Callable[[dict, int, np.ndarray, np.ndarray, dict], None]
@@ -78,7 +74,6 @@ def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool,
                 raise ImageReadError(err.path, f"{err.reason}; none of the {db_size} images "
                                      f"of this split could be read: check db.image_dirs"
                                      ) from None
-            logger.warning("skipping unreadable image %s: %s", err.path, err)
             continue
         failures = 0
         fill(batch, slot, image, db.detections(db_ind), meta)
@@ -90,16 +85,10 @@ def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool,
 def put_objects(boxes: np.ndarray, classes: np.ndarray, out_boxes: np.ndarray,
                 out_classes: np.ndarray, meta: dict) -> int:
     """Write up to len(out_boxes) objects into one image's slots; extras are dropped, counted
-    in meta["dropped_objects"] and said once per process. Returns the number written."""
-    global _said_dropped
+    in meta["dropped_objects"] (the trainer says so). Returns the number written."""
     count = min(len(boxes), len(out_boxes))
     if count < len(boxes):
         meta["dropped_objects"] += len(boxes) - count
-        if not _said_dropped:
-            logger.warning("an image has %d objects, more than max_objects=%d; the extras are "
-                           "dropped (said once; see batch meta['dropped_objects'])",
-                           len(boxes), len(out_boxes))
-            _said_dropped = True
     out_boxes[:count] = boxes[:count]
     out_classes[:count] = classes[:count]
     return count
