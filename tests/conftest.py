@@ -1,6 +1,8 @@
 """Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
-finds it), and a small thread budget for CPU tests."""
+finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
+worker when the suite runs in parallel (pytest-xdist, `-n 2 --dist loadgroup`)."""
 
+import os
 import signal
 
 import pytest
@@ -13,7 +15,37 @@ from bench._shared import coco128_dir, looked_in, reference_dir
 COCO128 = coco128_dir()
 REFERENCE = reference_dir()
 
-torch.set_num_threads(2)
+# Two threads for a serial run; one per worker when pytest-xdist runs one worker per core.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+
+# Session fixtures too costly to build once per worker: every test that uses one runs on the
+# worker that built it (the SLURM cluster is also one per machine: two would share its node).
+SHARED = ("slurm", "spread_export")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `--dist loadgroup`, a test goes to the worker of its group: the one of a costly
+    session fixture it uses, else its module when it uses a module-scoped fixture (built once
+    per module then, as in a serial run). Other tests are dealt one by one."""
+    for item in items:
+        group = worker_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def worker_group(item) -> str | None:
+    names = getattr(item, "fixturenames", ())
+    shared = [name for name in SHARED if name in names]
+    if shared:
+        return shared[0]
+    info = getattr(item, "_fixtureinfo", None)
+    for name in names:
+        defs = info.name2fixturedefs.get(name) if info else None
+        if defs and defs[-1].scope == "module":
+            return item.path.stem
+    return None
 
 
 @pytest.fixture(scope="session")
