@@ -1,4 +1,4 @@
-"""Deployment speed and AP on random weights: tools/benchmark.py for CornerNet_Squeeze and
+"""Deployment speed and AP on untrained weights: tools/benchmark.py for CornerNet_Squeeze and
 CornerNet on coco128, without a trained snapshot.
 
     python bench/bench_deploy.py [--configs CornerNet_Squeeze CornerNet] [--size 511]
@@ -7,10 +7,12 @@ CornerNet on coco128, without a trained snapshot.
                                  [--profile] [--device cpu|cuda] [--batch 1 8]
 
 For each config a temporary copy (coco128 for every split, 80 classes, its cache in a
-temporary folder) gets a snapshot of iteration 0 with the seed-0 initialisation, and
+temporary folder) gets a snapshot of iteration 0 with spread weights (bench/_spread.py:
+N(0, 1/fan_in), maps that vary with the image, so that the export's check against torch is not
+decided by near-tied scores; `--weights init` keeps the seed-0 initialisation instead), and
 tools/benchmark.py measures every runtime and precision on it, side by side in one process at
 each thread count: ms per image on the first coco128 image resized to --size x --size, AP on the
-first --images images (meaningless for random weights except as a parity check between rows),
+first --images images (meaningless for untrained weights except as a check between rows),
 file sizes, and the check. Speed does not depend on the weights, except torch's `peak_topk`
 (shorter on the peaked maps of a trained model) and the dense corner search of the exported
 graph, which does not depend on them. With --device cuda (bench/gpu_check.py's deploy-gpu
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import torch
 from _coco128 import COCO128, REPO
+from _spread import spread_weights
 
 sys.path.insert(0, str(REPO / "tools"))
 import benchmark
@@ -36,8 +39,9 @@ from core.dbs import datasets
 from core.nnet.py_factory import NetworkFactory
 
 
-def random_snapshot(name: str, folder: Path) -> Path:
-    """configs/<name>.json under `folder` on coco128 with a seed-0 snapshot of iteration 0."""
+def random_snapshot(name: str, folder: Path, weights: str = "spread") -> Path:
+    """configs/<name>.json under `folder` on coco128 with an untrained snapshot of iteration 0:
+    seed 0's initialisation, then `spread_weights` unless `weights` is "init"."""
     config = json.loads((REPO / "configs" / f"{name}.json").read_text())
     config["system"].update(dataset="COCO", train_split="coco128", val_split="coco128",
                             test_split="coco128", max_iter=1, cache_dir=str(folder / "cache"),
@@ -50,7 +54,10 @@ def random_snapshot(name: str, folder: Path) -> Path:
     system_config, db_config = load_config(name, folder / "configs")
     db = datasets["COCO"](db_config, split=None, sys_config=system_config)
     torch.manual_seed(0)
-    NetworkFactory(system_config, db, device="cpu").save_params(0)
+    nnet = NetworkFactory(system_config, db, device="cpu")
+    if weights == "spread":
+        spread_weights(nnet.model)
+    nnet.save_params(0)
     return folder / "configs"
 
 
@@ -66,14 +73,17 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--device", default=None, help="as tools/benchmark.py")
     parser.add_argument("--batch", nargs="+", default=None, help="as tools/benchmark.py")
+    parser.add_argument("--weights", choices=("spread", "init"), default="spread",
+                        help="spread (maps that vary with the image) or seed 0's initialisation")
     parser.add_argument("--profile", action="store_true",
                         help="then OpenVINO's per-layer times of each exported file")
     args = parser.parse_args()
     status = 0
     for name in args.configs:
         with tempfile.TemporaryDirectory() as folder:
-            configs = random_snapshot(name, Path(folder))
-            print(f"== {name} (random weights), timed at {args.size}x{args.size}", flush=True)
+            configs = random_snapshot(name, Path(folder), args.weights)
+            print(f"== {name} ({args.weights} weights), timed at {args.size}x{args.size}",
+                  flush=True)
             argv = [name, "--testiter", "0", "--config-dir", str(configs), "--images",
                     args.images, "--threads", *args.threads, "--calib-images",
                     args.calib_images, "--reps", args.reps, "--time-size", str(args.size)]

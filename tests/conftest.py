@@ -2,6 +2,8 @@
 finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
 worker when the suite runs in parallel (pytest-xdist, `-n 2 --dist loadgroup`)."""
 
+from __future__ import annotations
+
 import os
 import signal
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,11 +170,19 @@ def test_under_torchrun_the_first_error_names_the_killed_rank(tmp_path, coco128)
 
 # Class 1: nothing of the run outlives its launcher.
 
-def launched(tmp_path, coco128, launcher: str) -> list[Training]:
+@pytest.fixture
+def run_tmp():
+    """The run's TMPDIR: a short path, because multiprocessing's sockets live in it and a socket
+    path holds at most 107 bytes (tmp_path is longer under pytest-xdist)."""
+    path = Path(tempfile.mkdtemp(prefix="cn-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def launched(tmp_path, coco128, launcher: str, run_tmp: Path) -> list[Training]:
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0,
                               db=SMALL)
-    env = {"TMPDIR": str(tmp_path / "tmp")}
-    (tmp_path / "tmp").mkdir()
+    env = {"TMPDIR": str(run_tmp)}
     if launcher == "two nodes":
         port = free_port()
         return [Training(config_dir, cmd=node_cmd(config_dir, n, port), env=env)
@@ -183,11 +194,12 @@ def launched(tmp_path, coco128, launcher: str) -> list[Training]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun", "two nodes"])
-def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher):
+def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher,
+                                                             run_tmp):
     """The ranks watch their launcher as workers watch their trainer: 10 s after a kill -9 of
     it (of node 1's, with two nodes) no process of the run is left, on any node; the next run
     removes the pymp-* temp folders the killed processes left."""
-    runs = launched(tmp_path, coco128, launcher)
+    runs = launched(tmp_path, coco128, launcher, run_tmp)
     try:
         runs[0].wait_for(r"iteration 2: loss")
         tree = set()
@@ -199,13 +211,13 @@ def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, 
     finally:
         for run in runs:
             run.kill()
-    left = list((tmp_path / "tmp").glob("pymp-*"))
+    left = list(run_tmp.glob("pymp-*"))
     if launcher == "spawn":
         assert left  # the killed processes could not remove theirs
     config_dir = tmp_path / "configs"
-    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(tmp_path / "tmp")})
+    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(run_tmp)})
     assert result.returncode == 0, result.stderr
-    assert not list((tmp_path / "tmp").glob("pymp-*"))
+    assert not list(run_tmp.glob("pymp-*"))
     if left:
         assert f"removed {len(left)} temp folder(s) of killed processes" in result.stdout
 
