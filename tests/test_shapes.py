@@ -111,7 +111,10 @@ def _construct(root: str) -> int:
 
 
 def test_concurrent_processes_generate_once_and_both_read_it(tmp_path: Path):
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # spawn, not fork: a fork of a process with threads (pytest-xdist's worker, cv2's pool) can
+    # copy a lock held by another thread and hang (the ranks and the workers start from spawn or
+    # a fork server for the same reason)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
         assert pool.map(_construct, [str(tmp_path)] * 2) == [20, 20]
     assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["shapes", "shapes.lock"]
 
