@@ -1,6 +1,7 @@
 """Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
 finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
-worker when the suite runs in parallel (pytest-xdist, `-n 2 --dist loadgroup`)."""
+worker when the suite runs in parallel (pytest-xdist's `-n auto`, with pyproject's
+`--dist loadgroup`)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,14 @@ WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
 # Session fixtures too costly to build once per worker: every test that uses one runs on the
-# worker that built it (the SLURM cluster is also one per machine: two would share its node).
+# worker that built it (and the SLURM tests keep one cluster, as in a serial run).
 SHARED = ("slurm", "spread_export")
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto`: one worker per CPU this process may use (xdist's own count is of physical
+    cores, 1 on a 2-vCPU machine with hyperthreads), at most 8: each worker holds torch."""
+    return max(1, min(8, len(os.sched_getaffinity(0))))
 
 
 @pytest.hookimpl(tryfirst=True)
