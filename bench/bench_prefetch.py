@@ -1,6 +1,7 @@
 """Images/s delivered to the trainer through the real prefetch path, and the data-wait share.
 
     python bench/bench_prefetch.py [--batches 40] [--tiny-iters 60] [--workers 1 2]
+                                   [--eval-images N]
 
 1. For the CornerNet and CornerNet-Squeeze configs on ../shared/data/coco128 (batch 8 per step),
    the trainer's side of core.data.prefetch with 1 and 2 workers and no model: images/s after a
@@ -52,13 +53,16 @@ def delivered(name: str, workers: int, batches: int, batch_size: int) -> float:
         return batches * batch_size / (time.perf_counter() - t0)
 
 
-def tiny_wait_share(iterations: int) -> str:
-    """Run train.py CornerNet_Tiny briefly; snapshots go to a scratch folder."""
+def tiny_wait_share(iterations: int, eval_images: int | None = None) -> str:
+    """Run train.py CornerNet_Tiny briefly; snapshots go to a scratch folder. `eval_images`
+    limits the evaluation at the end of the run (system.eval_images; None: the config's)."""
     config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
     data_dir = load_config("CornerNet_Tiny")[0].data_dir  # reuse the generated dataset
     with tempfile.TemporaryDirectory() as tmp:
         config["system"].update(max_iter=iterations, cache_dir=f"{tmp}/cache",
                                 data_dir=str(data_dir))
+        if eval_images is not None:
+            config["system"]["eval_images"] = eval_images
         folder = Path(tmp) / "configs"
         folder.mkdir()
         (folder / "CornerNet_Tiny.json").write_text(json.dumps(config))
@@ -77,6 +81,9 @@ def main() -> None:
     parser.add_argument("--tiny-iters", type=int, default=60)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
                         help="the worker counts measured for each config")
+    parser.add_argument("--eval-images", type=int, default=None,
+                        help="validation images of the CornerNet_Tiny run's evaluation at its "
+                             "end (default: the config's)")
     args = parser.parse_args()
     if not COCO128.is_dir():
         sys.exit(f"coco128 not found at {COCO128}")
@@ -85,7 +92,7 @@ def main() -> None:
             rate = delivered(name, workers, args.batches, args.batch_size)
             print(f"{name:18s} workers={workers}: {rate:7.1f} images/s delivered")
     print(f"CornerNet_Tiny CPU training ({args.tiny_iters} iterations): waiting for data "
-          f"{tiny_wait_share(args.tiny_iters)} of the wall time")
+          f"{tiny_wait_share(args.tiny_iters, args.eval_images)} of the wall time")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The prefetch ring: /dev/shm it takes for the shipped configs, and what its size costs.
 
-    python bench/bench_ring.py [--batches 30] [--repeats 3]
+    python bench/bench_ring.py [--batches 30] [--repeats 3] [--workers 1 2 4]
 
 1. Shared memory the rings take (`core.data.ring.shm_need`) for the shipped configs with
    --workers 1, 2 and 4, under the former rule (max(2, ceil(prefetch_size / workers)) slots
@@ -158,18 +158,20 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--build-ms", type=float, default=4.0)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4],
+                        help="the worker counts of parts 2 and 3 (part 3 takes those up to 2)")
     args = parser.parse_args()
     for workers in (1, 2, 4):
         shm_table(workers)
     for name, batch_size in (("CornerNet", 49), ("CornerNet_Saccade", 48)):
-        for workers in (1, 2, 4):
+        for workers in args.workers:
             compare(f"{name:18s} timed, batch {batch_size}", workers, args.repeats,
                     functools.partial(handoff, name, workers, args.batches, batch_size,
                                       args.build_ms), tuple(RULES))
     if not COCO128.is_dir():
         sys.exit(MISSING)
     for name in ("CornerNet_Squeeze", "CornerNet_Saccade"):
-        for workers in (1, 2):
+        for workers in (w for w in args.workers if w <= 2):
             compare(f"{name:18s} coco128, batch {args.batch_size}", workers, args.repeats,
                     functools.partial(delivered, name, workers, args.batches, args.batch_size),
                     ("former", "current"))

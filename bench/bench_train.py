@@ -146,8 +146,11 @@ def main() -> None:
     parser.add_argument("--workers", nargs="+", type=int, default=[1, 2, 4, 8])
     parser.add_argument("--batch", type=int, default=32, help="per-process batch")
     parser.add_argument("--chunks", type=int, default=1, help="chunks the batch is cut into")
-    parser.add_argument("--iters", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--iters", type=int, default=None, help="timed iterations (default 30, "
+                        "--tiny 3)")
+    parser.add_argument("--warmup", type=int, default=None, help="default 10, --tiny 1")
+    parser.add_argument("--breakdown-reps", type=int, default=3,
+                        help="steps the breakdown's parts are averaged over")
     parser.add_argument("--input-size", type=int, default=None,
                         help="square input side instead of the config's (e.g. 255)")
     parser.add_argument("--no-breakdown", action="store_true",
@@ -157,9 +160,13 @@ def main() -> None:
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     args = parser.parse_args()
-    if args.tiny:
-        args.input_size, args.batch, args.iters, args.warmup = 127, 2, 3, 1
+    if args.tiny:  # an --iters or --warmup given on the command line is kept
+        args.input_size, args.batch = 127, 2
+        args.iters = 3 if args.iters is None else args.iters
+        args.warmup = 1 if args.warmup is None else args.warmup
         args.workers = [w for w in args.workers if w <= 2]
+    args.iters = 30 if args.iters is None else args.iters
+    args.warmup = 10 if args.warmup is None else args.warmup
     if not COCO128.is_dir():
         sys.exit(MISSING)
     device = resolve_device(args.device)
@@ -191,7 +198,7 @@ def main() -> None:
         if best is None or args.no_breakdown:
             continue
         mode, row = best
-        parts = breakdown(row["nnet"], row["batch"], reps=3)
+        parts = breakdown(row["nnet"], row["batch"], reps=args.breakdown_reps)
         total = sum(parts.values())
         print(f"{name} {mode}, one step of {args.batch} images: " + ", ".join(
             f"{key} {ms:.1f} ms ({100 * ms / total:.0f}%)" for key, ms in parts.items()))

@@ -6,6 +6,7 @@ shared with test_onnx_export); this module works on a copy of it.
 """
 
 import json
+import subprocess
 import sys
 
 import cv2
@@ -175,3 +176,32 @@ def test_benchmark_rows_json_and_a_missing_runtime(exported, monkeypatch, tmp_pa
     # --min-ap on a row that was asked for and could not be measured fails.
     assert benchmark.main([*argv[:-2], "--min-ap", "0"]) == 1
     assert benchmark.main([*argv[:-5], "torch:fp32", "--min-ap", "2"]) == 1
+
+
+def test_benchmark_exports_a_missing_onnx_file_by_tools_export(spread_export, coco128, tmp_path,
+                                                               monkeypatch):
+    """The branch of `prepare_files` that starts tools/export.py when the .onnx is missing (the
+    export itself, with these arguments, is spread_export's); its failure is each exported
+    row's check, the torch rows need no file."""
+    root = copy_export(spread_export, coco128, tmp_path)
+    (snapshot_folder(root) / "CocoTiny_0.onnx").unlink()
+    benchmark = load_tool("benchmark")
+    started = []
+
+    def export(cmd, **kwargs):
+        started.append([str(part) for part in cmd])
+        return subprocess.CompletedProcess(cmd, 1, "", "Traceback ...\nSnapshotError: boom\n")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", export)
+    args = benchmark.parse_args(["CocoTiny", "--testiter", "0", "--config-dir",
+                                 str(root / "configs")])
+    system_config, _ = open_db(root)
+    rows = ["torch:fp32", "onnxruntime:fp32", "openvino:int8"]
+    files = benchmark.prepare_files(args, system_config, 0, rows)
+    assert started == [[sys.executable, str(benchmark.ROOT / "tools" / "export.py"), "CocoTiny",
+                        "--testiter", "0", "--config-dir", str(root / "configs")]]
+    assert files == {"onnxruntime:fp32": "failed: export: SnapshotError: boom",
+                     "openvino:int8": "failed: export: SnapshotError: boom"}
+    started.clear()
+    assert benchmark.prepare_files(args, system_config, 0, ["torch:fp32"]) == {}
+    assert started == []  # torch rows alone export nothing

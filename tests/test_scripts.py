@@ -16,25 +16,30 @@ pytestmark = pytest.mark.slow
 
 # script, arguments, the line(s) of its output that say it got to its figures
 RUNS = {
+    # torch:fp32 only: the export and onnxruntime rows of tools/benchmark.py are proven by
+    # tests/test_deploy.py (test_benchmark_rows_json_and_a_missing_runtime), the export itself
+    # by tests/test_onnx_export.py; this run is for bench_deploy's own `random_snapshot`.
     "bench_deploy": (["--configs", "CornerNet_Tiny", "--size", "127", "--threads", "1",
-                      "--reps", "1", "--images", "1", "--rows", "torch:fp32",
-                      "onnxruntime:fp32"],
-                     "| onnxruntime | fp32 |"),
+                      "--reps", "1", "--images", "1", "--rows", "torch:fp32"],
+                     "| torch | fp32 |"),
     "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
                      "CornerNet_Tiny     cpu fwd+bwd 128x128"),
     "bench_preempt": (["--trials", "1", "--after", "1", "--batch", "2"],
                       "median: snapshot on disk"),
     "bench_prefetch": (["--batches", "2", "--batch-size", "2", "--tiny-iters", "2",
-                        "--workers", "2"],
+                        "--workers", "2", "--eval-images", "2"],
                        ("CornerNet_Squeeze  workers=2:", "CornerNet          workers=2:",
-                        "CornerNet_Tiny CPU training (2 iterations)")),
-    "bench_ring": (["--batches", "2", "--batch-size", "2", "--repeats", "1", "--build-ms", "1"],
-                   "images/s"),
+                        "CornerNet_Tiny CPU training (2 iterations): waiting for data ")),
+    "bench_ring": (["--batches", "2", "--batch-size", "2", "--repeats", "1", "--build-ms", "1",
+                    "--workers", "1"],
+                   ("CornerNet_Saccade  timed, batch 48 workers=1",
+                    "CornerNet_Saccade  coco128, batch 2 workers=1")),
     "bench_sampler": (["--batches", "1", "--batch", "2"], "CornerNet_Saccade"),
     "bench_shapes_generation": (["--train", "4", "--val", "2"], "generated 6 images"),
     "bench_test": (["--images", "2", "--repeats", "1"], "test.py CornerNet_Tiny on CPU"),
     "bench_train": (["--tiny", "--configs", "CornerNet_Squeeze", "--modes", "fp32", "--workers",
-                     "1", "--iters", "1", "--device", "cpu"], "one step of 2 images"),
+                     "1", "--iters", "1", "--warmup", "1", "--breakdown-reps", "1", "--device",
+                     "cpu"], "one step of 2 images"),
 }
 
 
@@ -51,6 +56,7 @@ def test_bench_script_runs_to_its_figures(name, coco128):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     for line in (says,) if isinstance(says, str) else says:
         assert line in done.stdout, done.stdout[-2000:]
+    assert "(no summary" not in done.stdout, done.stdout[-2000:]  # bench_prefetch's train.py
 
 
 def test_plot_metrics_draws_a_metrics_file(tmp_path):
