@@ -250,12 +250,12 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
         inds = db.db_inds[:args.images]
         run = detect(db, nnet, system_config, inds, batch_size=1)
         # What score() says (the results file, the table) and what the COCO evaluator prints
-        # are not the benchmark's output.
+        # are not the benchmark's output; nor are the report's pictures (report=False).
         with tempfile.TemporaryDirectory() as folder, redirect_stdout(io.StringIO()):
             metrics = score(db, run.detections, Path(folder),
                             image_ids=[db.image_id(ind) for ind in inds],
                             unreadable=run.unreadable, weights=nnet.evaluated_weights,
-                            log=lambda _: None)
+                            report=False, log=lambda _: None)
         result["AP"], result["AP50"] = round(metrics["AP"], 4), round(metrics["AP50"], 4)
     except UNAVAILABLE as err:
         result["check"] = f"not available: {_first_line(err)}"
