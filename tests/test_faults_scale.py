@@ -129,22 +129,44 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     config_dir = write_config(tmp_path, coco128, db=SMALL)
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
+    # 6 s: one "waiting" line (at 5 s) before it gives up; that the line comes again every
+    # SAY_EVERY_S is test_the_waiting_line_repeats_until_the_rendezvous_gives_up's, in-process.
     run = Training(config_dir, cmd=node_cmd(config_dir, present, port),
-                   env={"CORNERNET_RENDEZVOUS_S": "11"})
+                   env={"CORNERNET_RENDEZVOUS_S": "6"})
     try:
         status, waited, output = run.finish(timeout=60)
     finally:
         run.kill()
     absent = 1 - present
     waiting = [line for line in output.splitlines() if "waiting for" in line]
-    assert len(waiting) == 2, output  # every 5 s
+    assert len(waiting) == 1, output  # at 5 s
     assert waiting[0].startswith(f"node {present}: waiting for node {absent}")
-    assert url in waiting[0] and "giving up after 11 s" in waiting[0]
+    assert url in waiting[0] and "giving up after 6 s" in waiting[0]
     assert status == 1 and "Traceback" not in output and waited < 45
-    expected = (f"node 1 of 2 did not join {url} within 11 s" if present == 0 else
-                f"nobody answers at {url} after 11 s")
+    expected = (f"node 1 of 2 did not join {url} within 6 s" if present == 0 else
+                f"nobody answers at {url} after 6 s")
     assert expected in first_error(output) and "CORNERNET_RENDEZVOUS_S" in first_error(output)
     assert not wait_gone(run.seen, 10)
+
+
+@pytest.mark.parametrize("present", [0, 1])
+def test_the_waiting_line_repeats_until_the_rendezvous_gives_up(monkeypatch, present):
+    """rendezvous.join in this process, said every 0.3 s instead of 5 s: node 0 waiting for
+    node 1, or node 1 for node 0, says so again and again, then gives up in its own words."""
+    from core.utils import rendezvous
+
+    monkeypatch.setattr(rendezvous, "SAY_EVERY_S", 0.3)
+    monkeypatch.setenv("CORNERNET_RENDEZVOUS_S", "1.1")
+    url, said = f"tcp://127.0.0.1:{free_port()}", []
+    with pytest.raises(rendezvous.RendezvousError) as raised:
+        rendezvous.join(url, present, 2, 1, say=said.append)
+    absent = 1 - present
+    assert len(said) >= 2, said
+    assert all(line.startswith(f"node {present}: waiting for node {absent}") and url in line
+               and "giving up after 1 s" in line for line in said), said
+    expected = (f"node 1 of 2 did not join {url} within 1 s" if present == 0 else
+                f"nobody answers at {url} after 1 s")
+    assert expected in str(raised.value) and "CORNERNET_RENDEZVOUS_S" in str(raised.value)
 
 
 @pytest.mark.slow
