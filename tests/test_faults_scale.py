@@ -10,6 +10,7 @@ are `slow`); the refusals at start and the file cases run train.py in this proce
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -217,7 +218,7 @@ def launched(tmp_path, coco128, launcher: str, run_tmp: Path) -> list[Training]:
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun", "two nodes"])
 def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher,
-                                                             run_tmp):
+                                                             run_tmp, monkeypatch):
     """The ranks watch their launcher as workers watch their trainer: 10 s after a kill -9 of
     it (of node 1's, with two nodes) no process of the run is left, on any node; the next run
     removes the pymp-* temp folders the killed processes left."""
@@ -236,8 +237,13 @@ def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, 
     left = list(run_tmp.glob("pymp-*"))
     if launcher == "spawn":
         assert left  # the killed processes could not remove theirs
+    # The next run, in this process: its start-up tidies the temp folder, which is run_tmp
+    # for it (tempfile caches the folder, so TMPDIR alone would not move it). This process's
+    # own multiprocessing folder is made first, where it was, so that none is made in run_tmp.
+    multiprocessing.util.get_temp_dir()
+    monkeypatch.setattr(tempfile, "tempdir", str(run_tmp))
     config_dir = tmp_path / "configs"
-    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(run_tmp)})
+    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(run_tmp)}, inproc=True)
     assert result.returncode == 0, result.stderr
     assert not list(run_tmp.glob("pymp-*"))
     if left:
