@@ -208,11 +208,11 @@ def launched(tmp_path, coco128, launcher: str, run_tmp: Path) -> list[Training]:
     env = {"TMPDIR": str(run_tmp)}
     if launcher == "two nodes":
         port = free_port()
-        return [Training(config_dir, cmd=node_cmd(config_dir, n, port), env=env)
-                for n in (0, 1)]
+        return [Training(config_dir, cmd=node_cmd(config_dir, n, port, "--workers", "1"),
+                         env=env) for n in (0, 1)]
     cmd = torchrun_cmd(config_dir, 2, "--workers", "1") if launcher == "torchrun" else None
     return [Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                     cmd=cmd, env=env)]
+                     "--workers", "1", cmd=cmd, env=env)]
 
 
 @pytest.mark.slow

@@ -132,7 +132,7 @@ def test_two_processes_split_the_evaluation_and_score_every_image(tmp_path):
     config_dir = shapes_config(tmp_path, max_iter=20, eval_iter=20, snapshot=20, display=10,
                                val_iter=0, batch_size=8, learning_rate=0.002)
     result = run_train(config_dir, "--distributed", "--world-size", "1",
-                       "--procs-per-node", "2", name="CornerNet_Tiny")
+                       "--procs-per-node", "2", "--workers", "1", name="CornerNet_Tiny")
     assert result.returncode == 0, result.stdout + result.stderr
     scored = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
                          "metrics.json").read_text())
