@@ -51,7 +51,7 @@ def test_a_resume_signal_during_start_up_stops_after_the_first_iteration(long_ru
     a fresh interpreter reaches the catch here, measured just before."""
     root, config_dir = long_run
     wait = max(delay, 1.5 * interpreter_start())
-    run = Training(config_dir, "--workers", "1")
+    run = Training(config_dir)
     try:
         time.sleep(wait)
         run.proc.send_signal(signal.SIGUSR1)
@@ -68,7 +68,7 @@ def test_a_signal_before_the_interpreter_runs_waits_when_the_launcher_blocks_it(
     blocked = {signal.SIGTERM, signal.SIGUSR1}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # this test is the launcher
     try:
-        run = Training(config_dir, "--workers", "1")  # it starts with the mask of its parent
+        run = Training(config_dir)  # the child starts with the mask of its parent
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
     try:
