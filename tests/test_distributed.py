@@ -33,6 +33,9 @@ from core.utils.dist import free_port
 
 # The launchers' runs are real process trees and `slow`; the one-process references and the
 # refusal before any rank run train.py's command line in this process (run_train inproc).
+# The ranks read with one prefetch worker each (--workers 1): on 2 cores, 3 ranks of 2 workers
+# each were a fifth of a run's time; the data a rank reads does not depend on the worker count
+# (the torchrun run, always of one worker, trains like the one process of 2 workers).
 
 NAME = "Tiny128"
 CORNERNET_CHUNKS = {"batch_size": 49, "chunk_sizes": [4] + [5] * 9}  # configs/CornerNet.json
@@ -102,7 +105,8 @@ def test_one_process_steps_are_large_against_the_tolerance(cornernet_one):
 def test_three_spawned_processes_train_like_one(tmp_path, coco128, cornernet_one):
     reference, single = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "3")
+    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "3",
+                       "--workers", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "processes: 3, global batch 49 in chunks [4, 5, 5, 5, 5, 5, 5, 5, 5, 5], " \
            "rank 0 runs [4, 5, 5, 5]" in result.stdout
@@ -126,7 +130,7 @@ def test_torchrun_two_processes_train_like_one(tmp_path, coco128, cornernet_one)
 def test_two_nodes_on_localhost_train_like_one(tmp_path, coco128, cornernet_one):
     reference, _ = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
-    (status0, out0), (status1, out1) = run_nodes(config_dir)
+    (status0, out0), (status1, out1) = run_nodes(config_dir, "--workers", "1")
     assert (status0, status1) == (0, 0), out0 + out1
     assert "processes: 2" in out0
     assert_same_training(reference, tmp_path)
@@ -138,7 +142,8 @@ def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128):
     three = write_config(tmp_path / "three", coco128, db=SMALL, **SQUEEZE_CHUNKS, **PARITY)
     single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
-    result = run_train(three, "--distributed", "--world-size", "1", "--procs-per-node", "3")
+    result = run_train(three, "--distributed", "--world-size", "1", "--procs-per-node", "3",
+                       "--workers", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 runs [13, 14]" in result.stdout
     assert_same_training(tmp_path / "one", tmp_path / "three")
@@ -151,7 +156,7 @@ def test_resuming_with_another_process_count_continues_the_same_training(
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
     copy_snapshot(reference / "cache", tmp_path / "cache", NAME, 1)
     result = run_train(config_dir, "--iter", "1", "--distributed", "--world-size", "1",
-                       "--procs-per-node", "2")
+                       "--procs-per-node", "2", "--workers", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "note: snapshot 1 was trained with the chunks" not in result.stdout
     # One step from the same state: only float summation noise apart.
@@ -165,7 +170,8 @@ def test_resuming_with_another_process_count_continues_the_same_training(
 def test_fewer_chunks_than_processes_are_re_chunked_and_said(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=5, max_iter=1,
                               snapshot=1, val_iter=0)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2")
+    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
+                       "--workers", "1")
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("is cut into 2 chunks [3, 2]") == 1
 
@@ -209,7 +215,8 @@ def _wait_for_ranks(run: Training, count: int, timeout: float = 60) -> list[int]
 def test_a_killed_rank_ends_the_run_within_seconds_and_leaves_nothing(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=4, max_iter=10000,
                               val_iter=0, snapshot=10000)
-    run = Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2")
+    run = Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
+                   "--workers", "1")
     try:
         run.wait_for(r"iteration 2: loss")
         ranks = _wait_for_ranks(run, 2)
@@ -235,7 +242,8 @@ def test_a_failing_rank_on_another_node_stops_this_node_naming_it(tmp_path, coco
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=4, max_iter=10000,
                               val_iter=0, snapshot=10000)
     port = free_port()
-    nodes = [Training(config_dir, cmd=node_cmd(config_dir, node, port)) for node in (0, 1)]
+    nodes = [Training(config_dir, cmd=node_cmd(config_dir, node, port, "--workers", "1"))
+             for node in (0, 1)]
     try:
         nodes[0].wait_for(r"iteration 2: loss")
         rank1 = _wait_for_ranks(nodes[1], 1)[0]
@@ -259,7 +267,7 @@ def test_a_frozen_rank_is_noticed_by_its_heartbeat(tmp_path, coco128):
                               val_iter=0, snapshot=10000)
     port = free_port()
     env = {"CORNERNET_HEARTBEAT_S": "3"}
-    nodes = [Training(config_dir, cmd=node_cmd(config_dir, node, port), env=env)
+    nodes = [Training(config_dir, cmd=node_cmd(config_dir, node, port, "--workers", "1"), env=env)
              for node in (0, 1)]
     try:
         nodes[0].wait_for(r"iteration 2: loss")
@@ -282,7 +290,7 @@ def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco12
                               val_iter=0, snapshot=10000)
     cmd = (torchrun_cmd(config_dir, 2, "--workers", "1") if launcher == "torchrun" else None)
     run = Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                   cmd=cmd)
+                   "--workers", "1", cmd=cmd)
     try:
         run.wait_for(r"iteration 3: loss")
         run.seen |= children(run.proc.pid)
@@ -295,7 +303,9 @@ def test_sigterm_writes_the_last_iteration_under_every_launcher(tmp_path, coco12
     assert len(stopped) == 1, output
     iteration = int(stopped[0].split("after iteration ")[1].split(";")[0])
     assert snapshot(tmp_path, iteration)["iteration"] == iteration
-    time.sleep(1)
+    deadline = time.monotonic() + 1  # what the run left has 1 s to go
+    while alive(run.seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not alive(run.seen), f"left behind: {sorted(alive(run.seen))}"
 
 

@@ -10,6 +10,7 @@ are `slow`); the refusals at start and the file cases run train.py in this proce
 from __future__ import annotations
 
 import json
+import multiprocessing.util
 import os
 import shutil
 import signal
@@ -129,22 +130,44 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     config_dir = write_config(tmp_path, coco128, db=SMALL)
     port = free_port()
     url = f"tcp://127.0.0.1:{port}"
+    # 6 s: one "waiting" line (at 5 s) before it gives up; that the line comes again every
+    # SAY_EVERY_S is test_the_waiting_line_repeats_until_the_rendezvous_gives_up's, in-process.
     run = Training(config_dir, cmd=node_cmd(config_dir, present, port),
-                   env={"CORNERNET_RENDEZVOUS_S": "11"})
+                   env={"CORNERNET_RENDEZVOUS_S": "6"})
     try:
         status, waited, output = run.finish(timeout=60)
     finally:
         run.kill()
     absent = 1 - present
     waiting = [line for line in output.splitlines() if "waiting for" in line]
-    assert len(waiting) == 2, output  # every 5 s
+    assert len(waiting) == 1, output  # at 5 s
     assert waiting[0].startswith(f"node {present}: waiting for node {absent}")
-    assert url in waiting[0] and "giving up after 11 s" in waiting[0]
+    assert url in waiting[0] and "giving up after 6 s" in waiting[0]
     assert status == 1 and "Traceback" not in output and waited < 45
-    expected = (f"node 1 of 2 did not join {url} within 11 s" if present == 0 else
-                f"nobody answers at {url} after 11 s")
+    expected = (f"node 1 of 2 did not join {url} within 6 s" if present == 0 else
+                f"nobody answers at {url} after 6 s")
     assert expected in first_error(output) and "CORNERNET_RENDEZVOUS_S" in first_error(output)
     assert not wait_gone(run.seen, 10)
+
+
+@pytest.mark.parametrize("present", [0, 1])
+def test_the_waiting_line_repeats_until_the_rendezvous_gives_up(monkeypatch, present):
+    """rendezvous.join in this process, said every 0.3 s instead of 5 s: node 0 waiting for
+    node 1, or node 1 for node 0, says so again and again, then gives up in its own words."""
+    from core.utils import rendezvous
+
+    monkeypatch.setattr(rendezvous, "SAY_EVERY_S", 0.3)
+    monkeypatch.setenv("CORNERNET_RENDEZVOUS_S", "1.1")
+    url, said = f"tcp://127.0.0.1:{free_port()}", []
+    with pytest.raises(rendezvous.RendezvousError) as raised:
+        rendezvous.join(url, present, 2, 1, say=said.append)
+    absent = 1 - present
+    assert len(said) >= 2, said
+    assert all(line.startswith(f"node {present}: waiting for node {absent}") and url in line
+               and "giving up after 1 s" in line for line in said), said
+    expected = (f"node 1 of 2 did not join {url} within 1 s" if present == 0 else
+                f"nobody answers at {url} after 1 s")
+    assert expected in str(raised.value) and "CORNERNET_RENDEZVOUS_S" in str(raised.value)
 
 
 @pytest.mark.slow
@@ -185,17 +208,17 @@ def launched(tmp_path, coco128, launcher: str, run_tmp: Path) -> list[Training]:
     env = {"TMPDIR": str(run_tmp)}
     if launcher == "two nodes":
         port = free_port()
-        return [Training(config_dir, cmd=node_cmd(config_dir, n, port), env=env)
-                for n in (0, 1)]
+        return [Training(config_dir, cmd=node_cmd(config_dir, n, port, "--workers", "1"),
+                         env=env) for n in (0, 1)]
     cmd = torchrun_cmd(config_dir, 2, "--workers", "1") if launcher == "torchrun" else None
     return [Training(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                     cmd=cmd, env=env)]
+                     "--workers", "1", cmd=cmd, env=env)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("launcher", ["spawn", "torchrun", "two nodes"])
 def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, launcher,
-                                                             run_tmp):
+                                                             run_tmp, monkeypatch):
     """The ranks watch their launcher as workers watch their trainer: 10 s after a kill -9 of
     it (of node 1's, with two nodes) no process of the run is left, on any node; the next run
     removes the pymp-* temp folders the killed processes left."""
@@ -214,8 +237,13 @@ def test_kill_9_of_the_launcher_leaves_no_process_of_the_run(tmp_path, coco128, 
     left = list(run_tmp.glob("pymp-*"))
     if launcher == "spawn":
         assert left  # the killed processes could not remove theirs
+    # The next run, in this process: its start-up tidies the temp folder, which is run_tmp
+    # for it (tempfile caches the folder, so TMPDIR alone would not move it). This process's
+    # own multiprocessing folder is made first, where it was, so that none is made in run_tmp.
+    multiprocessing.util.get_temp_dir()
+    monkeypatch.setattr(tempfile, "tempdir", str(run_tmp))
     config_dir = tmp_path / "configs"
-    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(run_tmp)})
+    result = run_train(config_dir, "--initialize", env={"TMPDIR": str(run_tmp)}, inproc=True)
     assert result.returncode == 0, result.stderr
     assert not list(run_tmp.glob("pymp-*"))
     if left:

@@ -71,7 +71,7 @@ def test_patience_stops_a_run_whose_ap_cannot_improve(coco128, tmp_path):
     assert best["iteration"] == 2
 
 
-@pytest.mark.slow  # three short runs in-process: about a minute
+@pytest.mark.slow  # three short runs in-process: about 15 s
 def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_path,
                                                                    monkeypatch):
     seen = []
@@ -85,17 +85,18 @@ def test_max_minutes_stops_before_the_deadline_and_resumes_exactly(coco128, tmp_
 
     monkeypatch.setattr(Limits, "deadline_near", noted)
     limited = write_config(tmp_path / "a", coco128, max_iter=400, val_iter=0, snapshot=1000,
-                           max_minutes=0.25)
+                           max_minutes=0.1)
     stopped_run = run_train(limited, "--workers", "1", inproc=True)
     assert stopped_run.returncode == RESUME_STATUS, stopped_run.stdout + stopped_run.stderr
     out = stopped_run.stdout
     assert "stopped at the deadline after iteration" in out
     # The run decides to stop at the end of an iteration when the next one would end past the
     # deadline (predicted from the longest of the last ones): that decision comes before the
-    # deadline, and not long before it. (The snapshot written after it may end past it on a
-    # loaded machine: the prediction is about iterations, not about writing.)
+    # deadline, and not long before it: in the second half of the 6 s (an iteration of this
+    # model takes 0.25-0.45 s at load 3.5 on 2 cores). (The snapshot written after it may end
+    # past it on a loaded machine: the prediction is about iterations, not about writing.)
     (decided_at, deadline), = seen
-    assert deadline - 10 < decided_at < deadline
+    assert deadline - 3 < decided_at < deadline
     stopped = max(losses(out))
     assert 2 <= stopped < 400
     snapshot = tmp_path / "a" / "cache" / "nnet" / "Tiny128" / f"Tiny128_{stopped}.pkl"

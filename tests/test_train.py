@@ -197,7 +197,8 @@ def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coc
     two = write_config(tmp_path / "two", coco128, **common)
     single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
-    double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2")
+    double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2",
+                       "--workers", "1")
     assert double.returncode == 0, double.stdout + double.stderr
     assert "parameters agree on 2 ranks" in double.stdout
     a = load(snapshot(tmp_path / "one", 3))["model"]
