@@ -5,6 +5,7 @@ worker when the suite runs in parallel (pytest-xdist's `-n auto`, with pyproject
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -14,6 +15,14 @@ from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
 from bench._shared import coco128_dir, looked_in, reference_dir
+
+# submitit configures logging at its first import (logging.config.dictConfig), which closes
+# every logging handler alive at that moment. absl's handler (imported with openvino and nncf)
+# then closes its stream: the sys.stderr of its own import, which under pytest is the capture
+# file of the whole session, so every later test of that process fails ("I/O operation on
+# closed file"). Imported here, first, submitit finds no such handler.
+with contextlib.suppress(ImportError):
+    import submitit  # noqa: F401
 
 COCO128 = coco128_dir()
 REFERENCE = reference_dir()
