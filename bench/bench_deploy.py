@@ -15,8 +15,10 @@ each thread count: ms per image on the first coco128 image resized to --size x -
 first --images images (meaningless for untrained weights except as a check between rows),
 file sizes, and the check. Speed does not depend on the weights, except torch's `peak_topk`
 (shorter on the peaked maps of a trained model) and the dense corner search of the exported
-graph, which does not depend on them. With --device cuda (bench/gpu_check.py's deploy-gpu
-step) the rows are torch fp32, bf16 and torch.compile at --batch 1 and 8.
+graph, which does not depend on them. --profile then prints OpenVINO's time per layer type and
+the slowest layers of each exported file, and its time compiled for the dynamic input the
+runtime uses against a static --size x --size one. With --device cuda (bench/gpu_check.py's
+deploy-gpu step) the rows are torch fp32, bf16 and torch.compile at --batch 1 and 8.
 """
 from __future__ import annotations
 
@@ -96,6 +98,7 @@ def main() -> int:
             if args.profile:
                 for path in sorted((Path(folder) / "cache").rglob("*_0*.[ox][nm]*")):
                     profile(path, args.size, int(args.threads[0]))
+                    static_against_dynamic(path, args.size, int(args.threads[0]))
     return status
 
 
@@ -127,6 +130,40 @@ def profile(path: Path, size: int, threads: int, top: int = 12) -> None:
     print("  slowest layers:")
     for ms, node_type, exec_type, name in sorted(layers, reverse=True)[:top]:
         print(f"  {ms:8.1f} ms  {node_type} ({exec_type})  {name}")
+
+
+def static_against_dynamic(path: Path, size: int, threads: int, reps: int = 5) -> dict[str, float]:
+    """OpenVINO's ms per image on `path` compiled for the dynamic input the runtime uses, and
+    for a static 1 x 3 x size x size input (what a fixed-size deployment could compile), at
+    `threads` threads: the median of `reps` runs of each, interleaved, after a warm-up."""
+    import statistics
+    import time
+
+    import numpy as np
+    import openvino as ov
+
+    core = ov.Core()
+    image = np.random.default_rng(0).standard_normal((1, 3, size, size)).astype(np.float32)
+    requests = {}
+    for kind in ("dynamic", "static"):
+        model = core.read_model(str(path))
+        if kind == "static":
+            model.reshape({model.inputs[0].get_any_name(): [1, 3, size, size]})
+        requests[kind] = core.compile_model(model, "CPU", {
+            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
+            "INFERENCE_NUM_THREADS": threads}).create_infer_request()
+        requests[kind].infer({0: image})
+    times: dict[str, list[float]] = {kind: [] for kind in requests}
+    for _ in range(reps):
+        for kind, request in requests.items():
+            start = time.perf_counter()
+            request.infer({0: image})
+            times[kind].append(1000 * (time.perf_counter() - start))
+    ms = {kind: statistics.median(values) for kind, values in times.items()}
+    print(f"{path.name} at {threads} thread(s), {size}x{size}: {ms['dynamic']:.1f} ms with the "
+          f"dynamic input, {ms['static']:.1f} ms compiled for a static one "
+          f"({100 * (1 - ms['static'] / ms['dynamic']):+.1f} %)")
+    return ms
 
 
 if __name__ == "__main__":

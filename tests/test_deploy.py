@@ -5,6 +5,7 @@ pairs of class 1) is exported once per session, in-process (`spread_export` in t
 shared with test_onnx_export); this module works on a copy of it.
 """
 
+import importlib
 import json
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import onnx
 import pytest
 import torch
 from _onnx import IMAGE, copy_export, open_db, snapshot_folder
-from _tools import load_tool
+from _tools import ROOT, load_tool
 
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
@@ -205,3 +206,24 @@ def test_benchmark_exports_a_missing_onnx_file_by_tools_export(spread_export, co
     started.clear()
     assert benchmark.prepare_files(args, system_config, 0, ["torch:fp32"]) == {}
     assert started == []  # torch rows alone export nothing
+
+
+def test_bench_deploy_profile_and_its_static_timing_run_on_an_exported_file(exported, ov,
+                                                                           monkeypatch, capsys):
+    """bench_deploy --profile's two measurements on a real exported file: OpenVINO's time per
+    layer type (every type listed, so the shares add up to 100 %, convolutions among them) and
+    the file compiled for the dynamic input the runtime uses against a static one, both run."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    bench_deploy = importlib.import_module("bench_deploy")
+    _, path = exported
+    bench_deploy.profile(path, 127, 1, top=1000)
+    ms = bench_deploy.static_against_dynamic(path, 127, 1, reps=1)
+    out = capsys.readouterr().out
+    head, _, slowest = out.partition("  slowest layers:")
+    shares = {line.split("%")[1].strip(): float(line.split("ms")[1].split("%")[0])
+              for line in head.splitlines()[1:]}
+    assert any(kind.startswith("Convolution") for kind in shares), shares
+    assert sum(shares.values()) == pytest.approx(100, abs=1)
+    assert len(slowest.strip().splitlines()) >= 3
+    assert set(ms) == {"dynamic", "static"} and min(ms.values()) > 0
+    assert f"{path.name} at 1 thread(s), 127x127: {ms['dynamic']:.1f} ms" in out
