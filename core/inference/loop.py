@@ -224,12 +224,15 @@ def _decode_clock(nnet: Network, timer: StageTimer) -> Iterator[None]:
     """Split the network's time into the network proper and the decoding inside its test path.
 
     The last corner head (br_offs of the last stack) finishes the network; the model's forward
-    returns after decoding. Models without those heads are timed as "network" only.
+    returns after decoding. Models without those heads, and compiled networks, are timed as
+    "network" only.
     """
     model = getattr(nnet, "model", None)
     model = getattr(model, "module", model)
     heads = getattr(model, "br_offs", None)
-    if heads is None:
+    if heads is None or getattr(nnet, "compiled", False):
+        # A compiled network is one graph: hooks inside it would be traced, and their clock
+        # would break the graph.
         yield
         return
     device = nnet.device

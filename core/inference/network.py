@@ -139,6 +139,11 @@ class InferenceNetwork:
                 from None
         return self
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the test path runs through torch.compile (`compile`)."""
+        return self._forward is not self.model
+
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
         """The model's test path `model(image, test=True, **kwargs)` on this device."""
@@ -150,7 +155,7 @@ class InferenceNetwork:
                      else part for part in found)
 
     def _call(self, image: torch.Tensor, kwargs: dict) -> Any:
-        if self._forward is self.model:
+        if not self.compiled:
             return self.model(image.to(self.device), test=True, **kwargs)
         try:
             return self._forward(image.to(self.device), test=True, **kwargs)

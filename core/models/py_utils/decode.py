@@ -171,7 +171,9 @@ def peak_topk(logits: Tensor, K: int, kernel: int = 1
     Returns:
         As `topk`, bit for bit.
     """
-    if logits.device.type != "cpu":
+    if logits.device.type != "cpu" or torch.compiler.is_compiling():
+        # Under torch.compile the candidate search's data-dependent loop would break the graph
+        # at each `float()`; the dense pass compiles into it, with the same results.
         return dense_topk(logits, K, kernel)
     batch, channels, height, width = logits.shape
     row_max = logits.amax(3).reshape(batch, channels * height)
