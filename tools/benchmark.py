@@ -286,9 +286,11 @@ def judge(rows: list[dict[str, Any]]) -> None:
 
 def ms_per_image(nnet: Any, image: torch.Tensor, batch: int, settings: dict,
                  reps: int) -> float:
-    """Median ms per image of `nnet.test` on `batch` copies of `image` (1, 3, H, W), on its
-    device."""
-    images = image.expand(batch, -1, -1, -1).contiguous().to(nnet.device)
+    """Median ms per image of `nnet.test` on `batch` copies of `image` (1, 3, H, W), in its
+    memory layout, on its device."""
+    layout = (torch.channels_last if image.is_contiguous(memory_format=torch.channels_last)
+              else torch.contiguous_format)
+    images = image.expand(batch, -1, -1, -1).contiguous(memory_format=layout).to(nnet.device)
     seconds = median_seconds(lambda: nnet.test(images, **settings), reps, nnet.device)
     return round(1000 * seconds / batch, 1)
 
@@ -346,7 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     canvas = (resize_and_pad(image, db.configs["test_scales"][0])[0] if args.time_size is None
               else cv2.resize(image, (args.time_size, args.time_size)))
     print(f"timed input: Bx3x{canvas.shape[0]}x{canvas.shape[1]}", flush=True)
-    one = network_input(canvas[None], db.mean, db.std, "cpu").contiguous()
+    # In channels-last memory, as test.py feeds it: CPU convolutions take another path for
+    # each layout (bf16 in autocast: oneDNN's for channels-last, ten times slower otherwise).
+    one = network_input(canvas[None], db.mean, db.std, "cpu")
     torch.set_num_threads(args.threads[0])
     nnet, _ = open_network("torch", system_config, db, testiter, str(args.device))
     nnet.set_autocast(None)  # torch fp32, whatever system.amp says
