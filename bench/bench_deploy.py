@@ -38,6 +38,7 @@ import benchmark
 
 from core.config import load_config
 from core.dbs import datasets
+from core.inference.openvino_runtime import cpu_properties
 from core.nnet.py_factory import NetworkFactory
 
 
@@ -111,7 +112,7 @@ def profile(path: Path, size: int, threads: int, top: int = 12) -> None:
 
     model = ov.Core().read_model(str(path))
     compiled = ov.Core().compile_model(model, "CPU", {
-        "PERF_COUNT": True, "INFERENCE_NUM_THREADS": threads, "PERFORMANCE_HINT": "LATENCY"})
+        **cpu_properties("default", threads), "PERF_COUNT": True})
     request = compiled.create_infer_request()
     image = np.zeros((1, 3, size, size), np.float32)
     request.infer({0: image})
@@ -133,9 +134,10 @@ def profile(path: Path, size: int, threads: int, top: int = 12) -> None:
 
 
 def static_against_dynamic(path: Path, size: int, threads: int, reps: int = 5) -> dict[str, float]:
-    """OpenVINO's ms per image on `path` compiled for the dynamic input the runtime uses, and
-    for a static 1 x 3 x size x size input (what a fixed-size deployment could compile), at
-    `threads` threads: the median of `reps` runs of each, interleaved, after a warm-up."""
+    """OpenVINO's ms per image on `path` compiled for the dynamic input the runtime uses (with
+    the runtime's settings at its default precision), and for a static 1 x 3 x size x size
+    input (what a fixed-size deployment could compile), at `threads` threads: the median of
+    `reps` runs of each, interleaved, after a warm-up."""
     import statistics
     import time
 
@@ -149,9 +151,8 @@ def static_against_dynamic(path: Path, size: int, threads: int, reps: int = 5) -
         model = core.read_model(str(path))
         if kind == "static":
             model.reshape({model.inputs[0].get_any_name(): [1, 3, size, size]})
-        requests[kind] = core.compile_model(model, "CPU", {
-            "PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
-            "INFERENCE_NUM_THREADS": threads}).create_infer_request()
+        requests[kind] = core.compile_model(
+            model, "CPU", cpu_properties("default", threads)).create_infer_request()
         requests[kind].infer({0: image})
     times: dict[str, list[float]] = {kind: [] for kind in requests}
     for _ in range(reps):
