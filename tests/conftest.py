@@ -1,7 +1,7 @@
 """Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
 finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
-worker when the suite runs in parallel (pytest-xdist's `-n auto`, with pyproject's
-`--dist loadgroup`)."""
+worker when the suite runs in parallel (pytest-xdist's `-n auto`, dealt by loadgroup: set here,
+not in pyproject's addopts, which pytest without pytest-xdist would refuse)."""
 
 from __future__ import annotations
 
@@ -36,10 +36,20 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 SHARED = ("slurm", "spread_export")
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without pytest-xdist must still start
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker per CPU this process may use (xdist's own count is of physical
     cores, 1 on a 2-vCPU machine with hyperthreads), at most 8: each worker holds torch."""
     return max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+def pytest_configure(config) -> None:
+    """`-n N` without a `--dist` of the caller's deals by loadgroup (xdist's own default, load,
+    would split the groups below). Runs after xdist's pytest_cmdline_main chose load for -n."""
+    args = config.invocation_params.args
+    asked = any(arg == "--dist" or arg.startswith("--dist=") for arg in args)
+    if getattr(config.option, "dist", "no") == "load" and not asked:
+        config.option.dist = "loadgroup"
 
 
 @pytest.hookimpl(tryfirst=True)
