@@ -16,6 +16,7 @@ import pytest
 from core.config import ConfigError, SystemConfig
 from core.dbs import DatasetError, datasets
 from core.dbs.converted import Problems
+from core.dbs.voc import read_split as read_voc
 from core.dbs.yolo import read_split as read_yolo
 
 
@@ -135,3 +136,102 @@ def test_a_split_that_is_not_a_key_lists_the_splits_without_the_roboflow_block(t
     data_yaml = _roboflow(tmp_path / "ds")
     with pytest.raises(ConfigError, match=r"\(its splits: train, val, test\)"):
         read_yolo(data_yaml, "minival", Problems(strict=True))
+
+
+def _xml(path: Path, filename: str, objects: list[tuple], size: tuple = (64, 48),
+         windows_path: bool = False) -> None:
+    """A Pascal VOC xml as labelImg writes it (folder, filename, path, source, size, objects
+    with pose, truncated, difficult)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(
+        f"\t<object>\n\t\t<name>{name}</name>\n\t\t<pose>Unspecified</pose>\n"
+        f"\t\t<truncated>0</truncated>\n\t\t<difficult>0</difficult>\n\t\t<bndbox>\n"
+        f"\t\t\t<xmin>{x1}</xmin>\n\t\t\t<ymin>{y1}</ymin>\n\t\t\t<xmax>{x2}</xmax>\n"
+        f"\t\t\t<ymax>{y2}</ymax>\n\t\t</bndbox>\n\t</object>\n"
+        for name, x1, y1, x2, y2 in objects)
+    where = f"C:\\Users\\me\\labels\\{filename}" if windows_path else f"/home/me/{filename}"
+    path.write_text(
+        f"<annotation>\n\t<folder>{path.parent.name}</folder>\n\t<filename>{filename}"
+        f"</filename>\n\t<path>{where}</path>\n\t<source>\n\t\t<database>Unknown</database>\n"
+        f"\t</source>\n\t<size>\n\t\t<width>{size[0]}</width>\n\t\t<height>{size[1]}</height>\n"
+        f"\t\t<depth>3</depth>\n\t</size>\n\t<segmented>0</segmented>\n{body}</annotation>\n")
+
+
+_OBJECTS = {"a": [("cat", 1, 2, 30, 40), ("dog", 10, 10, 20, 20)],
+            "b": [("dog", 5, 5, 60, 44), ("dog", 0, 0, 8, 8), ("bird", 3, 3, 9, 9)],
+            "c": [("cat", 2, 2, 50, 40)]}
+
+
+def _devkit(root: Path, image_sets: bool) -> None:
+    for stem, objects in _OBJECTS.items():
+        _image(root / "JPEGImages" / f"{stem}.jpg")
+        _xml(root / "Annotations" / f"{stem}.xml", f"{stem}.jpg", objects)
+    if image_sets:
+        (root / "ImageSets" / "Main").mkdir(parents=True)
+        (root / "ImageSets" / "Main" / "train.txt").write_text("a\nb\n")
+        (root / "ImageSets" / "Main" / "val.txt").write_text("c\n")
+        (root / "ImageSets" / "Main" / "cat_train.txt").write_text("a  1\nb -1\n")
+
+
+def _voc(root: Path, split: str, names: list[str] | None = None) -> dict[str, int]:
+    return _per_class(read_voc(root, split, names, Problems(strict=True))[1])
+
+
+def test_a_voc_devkit_with_image_sets(tmp_path):
+    _devkit(tmp_path / "VOC2007", image_sets=True)
+    assert _voc(tmp_path / "VOC2007", "train") == {"cat": 1, "dog": 3, "bird": 1}
+    assert _voc(tmp_path / "VOC2007", "val") == {"cat": 1}
+    system = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
+    db = datasets["VOC"]({"voc_root": str(tmp_path / "VOC2007"), "categories": 3},
+                         split="train", sys_config=system)
+    assert db.db_inds.size == 2
+
+
+def test_a_voc_devkit_without_image_sets_says_which_list_file_to_create(tmp_path):
+    _devkit(tmp_path / "VOC", image_sets=False)
+    with pytest.raises(ConfigError) as err:
+        _voc(tmp_path / "VOC", "train")
+    assert str(err.value) == (
+        f"split 'train': {tmp_path / 'VOC'} has no ImageSets/Main/train.txt and no folder "
+        f"train/ of xml files (folders of xml there: Annotations); create "
+        f"ImageSets/Main/train.txt listing the split's xml names without .xml, one a line, or "
+        f"name one of those folders in system.train_split, val_split or test_split")
+    (tmp_path / "VOC" / "ImageSets" / "Main").mkdir(parents=True)
+    (tmp_path / "VOC" / "ImageSets" / "Main" / "train.txt").write_text("a\r\nb\r\n")  # CRLF
+    assert _voc(tmp_path / "VOC", "train") == {"cat": 1, "dog": 3, "bird": 1}
+
+
+def test_labelimg_xml_beside_the_images_and_roboflow_split_folders(tmp_path):
+    flat = tmp_path / "labelimg"
+    for stem, objects in _OBJECTS.items():
+        _image(flat / f"{stem}.jpg")
+        _xml(flat / f"{stem}.xml", f"{stem}.jpg", objects, windows_path=True)
+    (flat / "ImageSets" / "Main").mkdir(parents=True)
+    (flat / "ImageSets" / "Main" / "train.txt").write_text("a\nc\n")
+    assert _voc(flat, "train") == {"cat": 2, "dog": 1}  # names from all three files
+    roboflow = tmp_path / "roboflow-voc"
+    for split, stems in {"train": ["a", "b"], "valid": ["c"]}.items():
+        for stem in stems:
+            name = f"{stem}_jpg.rf.5e6f.jpg"
+            _image(roboflow / split / name)
+            _xml(roboflow / split / name.replace(".jpg", ".xml"), name, _OBJECTS[stem])
+    assert _voc(roboflow, "train") == {"cat": 1, "dog": 3, "bird": 1}
+    assert _voc(roboflow, "valid", ["bird", "cat", "dog"]) == {"cat": 1}
+
+
+def test_an_image_of_another_extension_is_read_and_named(tmp_path):
+    root = tmp_path / "VOC"
+    _devkit(root, image_sets=True)
+    (root / "JPEGImages" / "b.jpg").rename(root / "JPEGImages" / "b.png")
+    problems = Problems(strict=False)
+    content = read_voc(root, "train", None, problems)[1]
+    assert [image["file_name"] for image in content["images"]] == ["JPEGImages/a.jpg",
+                                                                   "JPEGImages/b.png"]
+    assert _per_class(content) == {"cat": 1, "dog": 3, "bird": 1}
+    assert problems.messages() == [
+        (f"images read under another extension than their xml's filename: 1, e.g. "
+         f"{root / 'Annotations' / 'b.xml'}: <filename> says b.jpg, read b.png")]
+    (root / "JPEGImages" / "b.png").unlink()
+    with pytest.raises(DatasetError, match=r"b.xml: <filename> b.jpg is not in .*JPEGImages "
+                                           r"\(nor b with another image extension\)"):
+        read_voc(root, "train", None, Problems(strict=True))

@@ -28,6 +28,8 @@ from core.utils.files import StorageError, write_file_atomic
 from .coco import COCO
 from .detection import DatasetError
 
+IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+
 # Part of the cache key: bump it when a reader's output changes.
 _CONVERT_VERSION = 1
 
@@ -39,6 +41,7 @@ class Problems:
     def __init__(self, strict: bool) -> None:
         self.strict = strict
         self.kinds: dict[str, list] = {}  # kind -> [count, first example]
+        self.notes: dict[str, list] = {}
 
     def add(self, kind: str, where: str, detail: str) -> None:
         example = f"{where}: {detail}"
@@ -48,9 +51,16 @@ class Problems:
         entry = self.kinds.setdefault(kind, [0, example])
         entry[0] += 1
 
+    def note(self, kind: str, where: str, detail: str) -> None:
+        """Something read in another way than the file says (kept, never refused)."""
+        entry = self.notes.setdefault(kind, [0, f"{where}: {detail}"])
+        entry[0] += 1
+
     def messages(self) -> list[str]:
-        return [f"{kind}: {count} left out, e.g. {example}"
-                for kind, (count, example) in self.kinds.items()]
+        return ([f"{kind}: {count} left out, e.g. {example}"
+                 for kind, (count, example) in self.kinds.items()] +
+                [f"{kind}: {count}, e.g. {example}"
+                 for kind, (count, example) in self.notes.items()])
 
 
 def image_size(path: Path) -> tuple[int, int] | None:

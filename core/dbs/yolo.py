@@ -24,10 +24,9 @@ import yaml
 
 from core.config import ConfigError, DatasetSettings
 
-from .converted import Converted, Problems, coco_dict, files_key, image_size
+from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
 
-IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 _NOT_SPLITS = ("path", "names", "nc", "download", "root", "roboflow", "yaml_file")
 _WINDOWS = re.compile(r"^([A-Za-z]:[\\/]|\\\\)")
 
