@@ -230,6 +230,22 @@ def _require(entry: object, keys: tuple[str, ...], what: str, path: Path) -> Non
             raise DatasetError(f"{path}: {what}: missing '{key}'")
 
 
+# The words for a dropped box, the same in the loader and in every converter.
+ZERO_SIZE = "dropped (zero or negative width or height in the file)"
+OUTSIDE = "dropped (wholly outside the image: nothing left after clipping)"
+
+
+def dropped_why(corners: list[float], width: float, height: float) -> str | None:
+    """Why the loader drops the box [x1, y1, x2, y2] of a width x height image, or None: a
+    zero or negative size as written, or nothing left of it inside the image."""
+    x1, y1, x2, y2 = corners
+    if x2 <= x1 or y2 <= y1:
+        return ZERO_SIZE
+    if min(x2, width) <= max(x1, 0.0) or min(y2, height) <= max(y1, 0.0):
+        return OUTSIDE
+    return None
+
+
 class _Problems:
     """Counts one kind of box problem and keeps the first example, to be reported once."""
 
@@ -347,7 +363,7 @@ def parse_instances(raw: bytes, path: Path) -> dict:
     boxes: list[list[list[float]]] = [[] for _ in rows]
     crowds: list[list[list[float]]] = [[] for _ in rows]
     clipped = _Problems("clipped to the image (they extended outside it)")
-    dropped = _Problems("dropped (zero or negative size after clipping)")
+    zero, outside = _Problems(ZERO_SIZE), _Problems(OUTSIDE)
     clipped_images: list[list] = []  # [file_name, declared width, height] of the first three
     for index, ann in enumerate(content.get("annotations", [])):
         what = _annotation_name(ann, index)
@@ -365,8 +381,9 @@ def parse_instances(raw: bytes, path: Path) -> dict:
             named = [entry[0] for entry in clipped_images]
             if len(clipped_images) < 3 and file_name not in named:
                 clipped_images.append([file_name, width, height])
-        if box[2] <= box[0] or box[3] <= box[1]:
-            dropped.add(example)
+        why = dropped_why(corners, width, height)
+        if why:
+            (zero if why == ZERO_SIZE else outside).add(example)
         elif ann.get("iscrowd", 0):
             crowds[row].append(box)
         else:
@@ -384,6 +401,7 @@ def parse_instances(raw: bytes, path: Path) -> dict:
         "category_ids": list(coco2cls),
         "category_names": [str(category.get("name", category["id"])) for category in categories],
         "has_annotations": "annotations" in content,
-        "problems": [m for m in (clipped.message(path), dropped.message(path)) if m],
+        "problems": [m for m in (clipped.message(path), zero.message(path),
+                                 outside.message(path)) if m],
         "clipped_images": clipped_images,
     }

@@ -222,7 +222,7 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
             rows.append((x1, y1, x2, y2, index[name], difficult, where))
         images.append((image.relative_to(voc_root).as_posix(), width, height))
         boxes.append(rows)
-    return voc_root, coco_dict(images, boxes, known)
+    return voc_root, coco_dict(images, boxes, known, problems)
 
 
 class VOC(Converted):

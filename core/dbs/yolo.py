@@ -209,7 +209,7 @@ def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, d
         name = image.relative_to(root) if image.is_relative_to(root) else image
         images.append((str(name), *size))
         boxes.append(rows)
-    return root, coco_dict(images, boxes, names)
+    return root, coco_dict(images, boxes, names, problems)
 
 
 class YOLO(Converted):
