@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
-from core.data.check import across_splits, save_batch_picture, split_report
+from core.data.advice import advice_lines, settings_advice
+from core.data.check import across_splits, class_lines, save_batch_picture, split_report
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.sample import sampler
@@ -97,6 +98,7 @@ def summary(split: str, report: dict) -> str:
         f"images): removed {crops['removed']:.1%}, under half left {crops['mostly_cut']:.1%}, "
         f"partly cut {crops['partly_cut']:.1%} {crops['note']}".rstrip(),
     ]
+    lines[1:1] = class_lines(report)
     lines += [f"  loader: {message}" for message in report["loader"]]
     return "\n".join(lines)
 
@@ -116,6 +118,10 @@ def main(argv: list[str] | None = None) -> dict:
         reports[split], hashes[split], points[split] = split_report(
             db, system_config.sampling_function, samples, system_config.seed)
         print(summary(split, reports[split]))
+        if split == system_config.train_split:
+            reports[split]["settings"] = settings_advice(db, system_config.sampling_function,
+                                                         args.crop_samples, system_config.seed)
+            print("\n".join(advice_lines(reports[split]["settings"])))
     both = across_splits(reports, hashes)
     for key, names in both["classes_in_one_split_only"].items():
         print(f"classes of {key}: {', '.join(names)}")

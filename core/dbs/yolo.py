@@ -236,3 +236,7 @@ class YOLO(Converted):
 
     def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:
         return read_split(self._data_yaml(settings), split, problems)[1]
+
+    def label_file(self, ind: int) -> Path:
+        """The label file the image `ind` is read with (it may be absent: no objects)."""
+        return label_path(Path(self.image_path(ind)))
