@@ -8,7 +8,9 @@ For each split (by default the config's train_split and val_split) it prints and
 the classes missing, objects per image, box sizes (COCO small/medium/large by box area) and
 aspect ratios, boxes the loader clipped or dropped and why, unreadable images, images without
 labels, duplicate images (by content), the share of objects the training crops cut off
-(sampled); across splits: classes found in one split only and images found in two. It draws
+(sampled), and for the training split the settings that fit its image and box sizes as a
+`--set` line with the crop loss before and after; across splits: classes found in one split
+only and images found in two. It draws
 <out>/train_batch0.jpg: augmented training images exactly as the sampler builds them with their
 boxes and, beside each, the rendered top-left and bottom-right heatmaps (all classes, max) with
 the offset arrows (and the attention maps for Saccade); and <out>/labels.png (class histogram,

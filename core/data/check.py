@@ -232,7 +232,7 @@ def warn_split_overlap(system_config: Any, db_config: dict, db: Any, split: str,
     compared (its own command says why)."""
     other = (system_config.val_split if split == system_config.train_split
              else system_config.train_split)
-    if other == split:
+    if other == split or getattr(db, "generated", False):
         return 0
     try:
         dataset = datasets[system_config.dataset]
