@@ -97,6 +97,11 @@ def test_missing_label_files_are_told_apart_from_empty_ones(tmp_path):
     assert lines[0] == "  objects per class: " + ", ".join(f"{n} {c}" for n, c in counted.items())
     assert lines[1] == ("  images without objects 3: label file missing 2 (e.g. "
                         "images/train/train0.jpg), empty or background 1")
+    assert report["objects_per_image"]["min"] == 0
+    val = datasets["YOLO"](db_config, split="val", sys_config=system)
+    report = split_report(val, system.sampling_function, crop_samples=0)[0]
+    assert report["objects_per_image"]["min"] == 1  # every val image has 1-7 boxes
+    assert len(class_lines(report)) == 1  # no line about images without objects
 
 
 def test_images_in_two_splits_are_warned_about(tmp_path):

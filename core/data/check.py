@@ -73,7 +73,7 @@ def _box_tables(db: Any) -> dict[str, Any]:
                               for cls in range(1, len(names) + 1)},
         "classes_missing": [names[cls - 1] for cls in range(1, len(names) + 1)
                             if not per_class.get(cls)],
-        "objects_per_image": {"min": int(counts.min(initial=0)),
+        "objects_per_image": {"min": int(counts.min()) if counts.size else 0,
                               "mean": float(counts.mean()) if counts.size else 0.0,
                               "max": int(counts.max(initial=0)),
                               "histogram": {str(k): int(v) for k, v in
