@@ -123,6 +123,9 @@ def test_a_byte_order_mark_a_wrapped_names_list_and_crlf(tmp_path):
     ("train: train/images\nnames: [a, b]\nnc: 3\n",
      r"data.yaml: nc is 3 but names lists 2 classes; make them agree"),
     ("train: train/images\nnames: {0: a, 2: b}\n", r"data.yaml: names as a map must have"),
+    ("train: train/images\nnames: [helmet, no, vest]\n",
+     (r"data.yaml: names: item 1 reads as YAML's False \(an unquoted yes, no, on, off, true, "
+     r"false, null or ~\); quote it")),
 ])
 def test_a_path_or_names_it_cannot_use_is_one_line_naming_the_key(tmp_path, text, says):
     data_yaml = _roboflow(tmp_path / "ds")

@@ -60,6 +60,11 @@ def _names(content: dict, path: Path) -> list[str]:
     if not isinstance(names, list) or not names:
         raise DatasetError(f"{path}: 'names' must list the class names (a list, or a map "
                            f"0: name, 1: name, ...), got {names!r}")
+    odd = next((k for k, name in enumerate(names) if name is None or isinstance(name, bool)),
+               None)
+    if odd is not None:
+        raise DatasetError(f"{path}: names: item {odd} reads as YAML's {names[odd]!r} (an "
+                           f"unquoted yes, no, on, off, true, false, null or ~); quote it")
     names = [str(name) for name in names]
     if content.get("nc") is not None and content["nc"] != len(names):
         raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} "
