@@ -5,12 +5,14 @@ do at their start)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from _train_helpers import REPO
 
 from core.config import load_config
 from core.data.advice import advice_lines, settings_advice, suggest
@@ -123,3 +125,33 @@ def test_images_in_two_splits_are_warned_about(tmp_path):
     (tmp_path / "ds" / "labels" / "val" / "copy.txt").unlink(missing_ok=True)
     val = datasets["YOLO"](db_config, split="val", sys_config=system)
     assert warn_split_overlap(system, db_config, val, "val", said.append) == 0
+
+
+@pytest.mark.slow  # a one-iteration training run and a one-image test.py run, in-process
+def test_train_py_and_test_py_warn_at_their_start(tmp_path):
+    from _inproc import run_script
+
+    data_yaml = _dataset(tmp_path / "ds", 64, 4, (8, 30))
+    images = tmp_path / "ds" / "images"
+    shutil.copy(images / "train" / "train1.jpg", images / "val" / "copy.jpg")
+    config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
+    config["system"].update(dataset="YOLO", cache_dir=str(tmp_path / "cache"),
+                            result_dir=str(tmp_path / "results"), max_iter=1, snapshot=1,
+                            batch_size=2, eval_iter=0, val_iter=0)
+    config["db"].update(data_yaml=str(data_yaml), input_size=[64, 64], output_sizes=[[16, 16]])
+    for key in ("num_train_images", "num_val_images"):
+        config["db"].pop(key)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "Tiny64.json").write_text(json.dumps(config))
+    trained = run_script(REPO / "train.py", "Tiny64", "--config-dir", tmp_path / "configs",
+                         "--workers", "1")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    said = ("warning: 1 of the {} images of split '{}' are also in split '{}' (same file or "
+            "same bytes, e.g. {}); scores on them are inflated")
+    assert said.format(4, "train", "val", "images/train/train1.jpg = images/val/copy.jpg") in (
+        trained.stdout + trained.stderr)
+    tested = run_script(REPO / "test.py", "Tiny64", "--config-dir", tmp_path / "configs",
+                        "--testiter", "1", "--images", "1")
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    assert said.format(5, "val", "train", "images/val/copy.jpg = images/train/train1.jpg") in (
+        tested.stdout + tested.stderr)
