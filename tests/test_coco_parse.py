@@ -84,3 +84,7 @@ def test_odd_files_fall_back_and_errors_still_name_the_annotation(tmp_path, monk
     content["annotations"][30]["image_id"] = 5
     with pytest.raises(DatasetError, match=r"annotation id 31: unknown image id 5"):
         parse_instances(json.dumps(content).encode(), tmp_path / "d.json")
+    content["annotations"][30]["image_id"] = content["images"][0]["id"]
+    content["images"] = []  # annotations without any image
+    with pytest.raises(DatasetError, match=r"annotation id 1: unknown image id"):
+        parse_instances(json.dumps(content).encode(), tmp_path / "e.json")

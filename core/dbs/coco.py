@@ -463,7 +463,7 @@ def _fast_tables(annotations: list, coco2cls: dict[int, int], rows: dict[int, in
         empty = np.zeros(len(rows), np.int64)
         return ((np.zeros((0, 5), np.float32), empty), (np.zeros((0, 4), np.float32), empty),
                 np.zeros(0, np.int8))
-    if (set(map(type, image_ids)) != {int} or set(map(type, category_ids)) != {int}
+    if (not rows or set(map(type, image_ids)) != {int} or set(map(type, category_ids)) != {int}
             or not set(map(type, crowd_flags)) <= {int} or not set(crowd_flags) <= {0, 1}
             or set(map(type, bboxes)) != {list} or set(map(len, bboxes)) != {4}
             or not set(map(type, itertools.chain.from_iterable(bboxes))) <= {int, float}):
