@@ -27,6 +27,7 @@ from core.config import (
     snapshot_arg,
 )
 from core.config.rules import unit_interval
+from core.data.check import warn_split_overlap
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.errors import UsageError
@@ -160,6 +161,7 @@ def main(args: argparse.Namespace) -> dict | None:
     # Everything that can fail is checked before the network is built and the long part starts.
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
+    warn_split_overlap(system_config, db_config, db, split, print)
     out_dir = results_folder(system_config, testiter, split, args.suffix)
     check_writable(out_dir)
     # Two runs on one results folder would interleave their journals: one at a time.

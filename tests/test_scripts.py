@@ -19,6 +19,8 @@ RUNS = {
     # torch:fp32 only: the export and onnxruntime rows of tools/benchmark.py are proven by
     # tests/test_deploy.py (test_benchmark_rows_json_and_a_missing_runtime), the export itself
     # by tests/test_onnx_export.py; this run is for bench_deploy's own `random_snapshot`.
+    "bench_coco_parse": (["--scale", "0.01"], ("| ours, first parse (empty cache) |",
+                                                "| pycocotools COCO(file) |")),
     "bench_deploy": (["--configs", "CornerNet_Tiny", "--size", "127", "--threads", "1",
                       "--reps", "1", "--images", "1", "--rows", "torch:fp32"],
                      "| torch | fp32 |"),

@@ -8,7 +8,9 @@ For each split (by default the config's train_split and val_split) it prints and
 the classes missing, objects per image, box sizes (COCO small/medium/large by box area) and
 aspect ratios, boxes the loader clipped or dropped and why, unreadable images, images without
 labels, duplicate images (by content), the share of objects the training crops cut off
-(sampled); across splits: classes found in one split only and images found in two. It draws
+(sampled), and for the training split the settings that fit its image and box sizes as a
+`--set` line with the crop loss before and after; across splits: classes found in one split
+only and images found in two. It draws
 <out>/train_batch0.jpg: augmented training images exactly as the sampler builds them with their
 boxes and, beside each, the rendered top-left and bottom-right heatmaps (all classes, max) with
 the offset arrows (and the attention maps for Saccade); and <out>/labels.png (class histogram,
@@ -24,7 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
-from core.data.check import across_splits, save_batch_picture, split_report
+from core.data.advice import advice_lines, settings_advice
+from core.data.check import across_splits, class_lines, save_batch_picture, split_report
 from core.dbs import datasets
 from core.engine.cli import run_cli
 from core.sample import sampler
@@ -97,6 +100,7 @@ def summary(split: str, report: dict) -> str:
         f"images): removed {crops['removed']:.1%}, under half left {crops['mostly_cut']:.1%}, "
         f"partly cut {crops['partly_cut']:.1%} {crops['note']}".rstrip(),
     ]
+    lines[1:1] = class_lines(report)
     lines += [f"  loader: {message}" for message in report["loader"]]
     return "\n".join(lines)
 
@@ -116,6 +120,10 @@ def main(argv: list[str] | None = None) -> dict:
         reports[split], hashes[split], points[split] = split_report(
             db, system_config.sampling_function, samples, system_config.seed)
         print(summary(split, reports[split]))
+        if split == system_config.train_split:
+            reports[split]["settings"] = settings_advice(db, system_config.sampling_function,
+                                                         args.crop_samples, system_config.seed)
+            print("\n".join(advice_lines(reports[split]["settings"])))
     both = across_splits(reports, hashes)
     for key, names in both["classes_in_one_split_only"].items():
         print(f"classes of {key}: {', '.join(names)}")

@@ -11,7 +11,9 @@ exactly as training does, for `core.utils.vis`-style drawing by the caller.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +22,8 @@ import cv2
 import numpy as np
 import torch
 
+from ..dbs import datasets
+from ..errors import UserMistake
 from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
 from ..sample.render import render_targets
@@ -58,6 +62,9 @@ def _box_tables(db: Any) -> dict[str, Any]:
     counts = np.array(per_image, dtype=np.int64)
     over = counts[counts > db.configs["max_objects"]] - db.configs["max_objects"]
     without = [db.image_ids(ind) for ind in np.flatnonzero(counts == 0)]
+    label_file = getattr(db, "label_file", None)  # YOLO: an image's own label file
+    missing = ([db.image_ids(ind) for ind in np.flatnonzero(counts == 0)
+                if not label_file(int(ind)).is_file()] if label_file else [])
     return {
         "images": len(db),
         "objects": int(counts.sum()),
@@ -66,12 +73,13 @@ def _box_tables(db: Any) -> dict[str, Any]:
                               for cls in range(1, len(names) + 1)},
         "classes_missing": [names[cls - 1] for cls in range(1, len(names) + 1)
                             if not per_class.get(cls)],
-        "objects_per_image": {"min": int(counts.min(initial=0)),
+        "objects_per_image": {"min": int(counts.min()) if counts.size else 0,
                               "mean": float(counts.mean()) if counts.size else 0.0,
                               "max": int(counts.max(initial=0)),
                               "histogram": {str(k): int(v) for k, v in
                                             sorted(Counter(counts.tolist()).items())}},
         "images_without_labels": {"count": len(without), "examples": without[:EXAMPLES]},
+        "label_files_missing": {"count": len(missing), "examples": missing[:EXAMPLES]},
         "over_max_objects": {"images": len(over), "objects_dropped_by_the_sampler":
                              int(over.sum())},
         "box_sizes": {key: sizes.get(key, 0) for key in ("small", "medium", "large")},
@@ -163,6 +171,82 @@ def across_splits(reports: dict[str, dict], hashes: dict[str, dict]) -> dict:
                 shared.append({a: hashes[a][digest], b: hashes[b][digest]})
     return {"classes_in_one_split_only": only,
             "images_in_two_splits": {"count": len(shared), "examples": shared[:EXAMPLES]}}
+
+
+def class_lines(report: dict) -> list[str]:
+    """The objects per class and the label files of one split's report, as the check prints
+    them: a lost labels folder (files missing) is told apart from background images (files
+    empty or without objects)."""
+    per_class = ", ".join(f"{name} {n}" for name, n in report["objects_per_class"].items())
+    without, missing = report["images_without_labels"], report["label_files_missing"]
+    lines = [f"  objects per class: {per_class}"]
+    if without["count"]:
+        lines.append(f"  images without objects {without['count']}: label file missing "
+                     f"{missing['count']}" + (f" (e.g. {missing['examples'][0]})"
+                                              if missing["count"] else "") +
+                     f", empty or background {without['count'] - missing['count']}")
+    return lines
+
+
+def same_images(db_a: Any, db_b: Any) -> list[tuple[str, str]]:
+    """(image of db_b, image of db_a) pairs that are one file or the same bytes: paths first,
+    then a hash of only the files of equal size (a stat each, so COCO-sized splits stay
+    quick)."""
+    def files(db: Any) -> dict[str, str]:
+        return {os.path.realpath(db.image_path(ind)): db.image_ids(ind) for ind in range(len(db))}
+
+    a, b = files(db_a), files(db_b)
+    pairs = [(b[path], a[path]) for path in b.keys() & a.keys()]
+    by_size: dict[int, list[str]] = {}
+    for path in a.keys() - b.keys():
+        with contextlib.suppress(OSError):
+            by_size.setdefault(os.path.getsize(path), []).append(path)
+    digests: dict[str, str] = {}
+    for path in sorted(b.keys() - a.keys()):
+        try:
+            candidates = by_size.get(os.path.getsize(path), [])
+        except OSError:
+            continue
+        for other in candidates:
+            if other not in digests:
+                digests[other] = _sha1(other)
+            if digests[other] == _sha1(path):
+                pairs.append((b[path], a[other]))
+                break
+    return sorted(pairs)
+
+
+def _sha1(path: str) -> str:
+    try:
+        with open(path, "rb") as file:
+            return hashlib.sha1(file.read()).hexdigest()
+    except OSError:
+        return path  # unreadable: equal to nothing else
+
+
+def warn_split_overlap(system_config: Any, db_config: dict, db: Any, split: str,
+                       log: Callable[[str], None]) -> int:
+    """Say to `log` when images of `split` (held by `db`) are also in the other split of the
+    pair train/validation (the training split for any other), as the same file or the same
+    bytes: a score on them is inflated. Returns how many; a split that does not load is not
+    compared (its own command says why)."""
+    other = (system_config.val_split if split == system_config.train_split
+             else system_config.train_split)
+    if other == split or getattr(db, "generated", False):
+        return 0
+    try:
+        dataset = datasets[system_config.dataset]
+        other_db = dataset(db_config, split=other, sys_config=system_config,
+                           log=lambda line: None)
+    except (UserMistake, OSError):  # advice only: the run goes on without the comparison
+        return 0
+    pairs = same_images(other_db, db)
+    if pairs:
+        log(f"warning: {len(pairs)} of the {len(db)} images of split '{split}' are also in "
+            f"split '{other}' (same file or same bytes, e.g. {pairs[0][0]} = {pairs[0][1]}); "
+            f"scores on them are inflated: remove them from one split (tools/check_data.py "
+            f"lists them)")
+    return len(pairs)
 
 
 def training_batch(sample: Callable, db: Any, images: int) -> tuple[dict, list]:

@@ -25,11 +25,13 @@ import cv2
 from core.config import DatasetSettings
 from core.utils.files import StorageError, write_file_atomic
 
-from .coco import COCO
+from .coco import COCO, dropped_why
 from .detection import DatasetError
 
+IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+
 # Part of the cache key: bump it when a reader's output changes.
-_CONVERT_VERSION = 1
+_CONVERT_VERSION = 2
 
 
 class Problems:
@@ -39,6 +41,7 @@ class Problems:
     def __init__(self, strict: bool) -> None:
         self.strict = strict
         self.kinds: dict[str, list] = {}  # kind -> [count, first example]
+        self.notes: dict[str, list] = {}
 
     def add(self, kind: str, where: str, detail: str) -> None:
         example = f"{where}: {detail}"
@@ -48,9 +51,16 @@ class Problems:
         entry = self.kinds.setdefault(kind, [0, example])
         entry[0] += 1
 
+    def note(self, kind: str, where: str, detail: str) -> None:
+        """Something read in another way than the file says (kept, never refused)."""
+        entry = self.notes.setdefault(kind, [0, f"{where}: {detail}"])
+        entry[0] += 1
+
     def messages(self) -> list[str]:
-        return [f"{kind}: {count} left out, e.g. {example}"
-                for kind, (count, example) in self.kinds.items()]
+        return ([f"{kind}: {count} left out, e.g. {example}"
+                 for kind, (count, example) in self.kinds.items()] +
+                [f"{kind}: {count}, e.g. {example}"
+                 for kind, (count, example) in self.notes.items()])
 
 
 def image_size(path: Path) -> tuple[int, int] | None:
@@ -106,18 +116,26 @@ def files_key(*parts: object, files: list[Path] = ()) -> str:
 
 
 def coco_dict(images: list[tuple[str, int, int]], boxes: list[list[tuple]],
-              names: list[str]) -> dict:
+              names: list[str], problems: Problems | None = None) -> dict:
     """A COCO instances dict: images [(file name, width, height)], per image boxes
     [(x1, y1, x2, y2, class index 0..C-1, crowd, source line)], category ids 1..C named
-    `names`; each annotation's `source` names its label line in messages."""
+    `names`; each annotation's `source` names its label line in messages. A box the loader
+    would drop (zero size, or wholly outside its image) is left out here and noted in
+    `problems` in the loader's words, so that converted files hold only boxes it keeps."""
     annotations = []
     for image_id, per_image in enumerate(boxes, start=1):
+        width, height = images[image_id - 1][1:]
         for x1, y1, x2, y2, cls, crowd, source in per_image:
+            why = dropped_why([x1, y1, x2, y2], width, height)
+            if why:
+                if problems is not None:
+                    problems.note(f"boxes {why}", source, f"[{x1:g}, {y1:g}, {x2:g}, {y2:g}] "
+                                  f"in the {width}x{height} image")
+                continue
             w, h = x2 - x1, y2 - y1
             annotations.append({"id": len(annotations) + 1, "image_id": image_id,
                                 "category_id": int(cls) + 1, "bbox": [x1, y1, w, h],
-                                "area": max(w, 0.0) * max(h, 0.0), "iscrowd": int(crowd),
-                                "source": source})
+                                "area": w * h, "iscrowd": int(crowd), "source": source})
     return {"images": [{"id": k, "file_name": name, "width": width, "height": height}
                        for k, (name, width, height) in enumerate(images, start=1)],
             "categories": [{"id": k, "name": name} for k, name in enumerate(names, start=1)],

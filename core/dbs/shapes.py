@@ -238,6 +238,8 @@ def ensure_shapes(root: Path, num_train: int, num_val: int, log: Log = to_stderr
 class Shapes(COCO):
     """The generated Shapes dataset, split keys "train" and "val"; see DETECTION."""
 
+    generated = True  # each split drawn from its own seeds: no image is in two splits
+
     def __init__(self, db_config: dict, split: str | None = None,
                  settings: DatasetSettings | None = None, log: Log = to_stderr, *,
                  sys_config: SystemConfig | None = None) -> None:

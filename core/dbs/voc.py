@@ -2,10 +2,14 @@
 
     system.dataset: "VOC", db.voc_root: "path/to/VOC2012", db.names: ["aeroplane", ...]
 
-Layout: `Annotations/<id>.xml`, `JPEGImages/<id>.jpg` (or the xml's `filename`), and
-`ImageSets/Main/<split>.txt` listing the ids of each split key (train, val, trainval, test).
-Class names come from db.names in that order or, without it, sorted from all the files in
-Annotations/ (so every split has the same classes). Box corners are read as pixel edges
+Layouts, by the split's rule: a devkit (`Annotations/<id>.xml`, `JPEGImages/` holding the xml's
+`filename`, `ImageSets/Main/<split>.txt` listing the ids of each split key); xml files beside
+their images with `ImageSets/Main/<split>.txt` (labelImg's flat folder); or, without a list
+file, every xml of the folder `<root>/<split>/` (Roboflow's VOC export: train/, valid/, test/).
+Without either, the split is refused in one line saying which list file to create. An image of
+another extension than its xml's `filename` says (a.png for a.jpg) is read and named.
+Class names come from db.names in that order or, without it, sorted from all the xml
+files of the layout (so every split has the same classes). Box corners are read as pixel edges
 ([xmin, xmax] spans xmax - xmin pixels), as labelImg, CVAT and mmdetection read them. A `difficult`
 object is treated as COCO treats a crowd region: no training target, and detections on it are
 neither counted right nor wrong.
@@ -19,23 +23,65 @@ from xml.parsers import expat
 
 from core.config import ConfigError, DatasetSettings
 
-from .converted import Converted, Problems, coco_dict, files_key, image_size
+from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
 
 _BOX_FIELDS = ("xmin", "ymin", "xmax", "ymax")
 _LINE = "__line__"
 
 
-def split_ids(voc_root: Path, split: str) -> list[str]:
+def annotation_folder(voc_root: Path) -> Path:
+    """Annotations/ in a devkit; the root itself when the xml files lie beside the images."""
+    return voc_root / "Annotations" if (voc_root / "Annotations").is_dir() else voc_root
+
+
+def split_files(voc_root: Path, split: str) -> tuple[list[Path], Path | None]:
+    """(the split's xml files, its list file or None) by the layout's rule: the ids of
+    ImageSets/Main/<split>.txt in Annotations/ (or in the root, for xml beside the images);
+    else every xml of the folder <root>/<split>/ (Roboflow's VOC export, labelImg's folders);
+    else a one-line refusal saying which file or folder to make."""
     listing = voc_root / "ImageSets" / "Main" / f"{split}.txt"
-    if not listing.is_file():
-        found = sorted(p.stem for p in (voc_root / "ImageSets" / "Main").glob("*.txt")
-                       if "_" not in p.stem)
+    if listing.is_file():
+        ids = [line.split()[0] for line in
+               listing.read_text(encoding="utf-8-sig").splitlines() if line.strip()]
+        return [annotation_folder(voc_root) / f"{i}.xml" for i in ids], listing
+    folder = voc_root / split
+    if folder.is_dir() and any(folder.glob("*.xml")):
+        return sorted(folder.glob("*.xml")), None
+    if listing.parent.is_dir():
+        found = sorted(p.stem for p in listing.parent.glob("*.txt") if "_" not in p.stem)
         raise ConfigError(f"split '{split}': {listing} not found (splits there: "
                           f"{', '.join(found) or 'none'}); name one in system.train_split, "
                           f"val_split or test_split")
-    return [line.split()[0] for line in listing.read_text(encoding="utf-8").splitlines()
-            if line.strip()]
+    folders = sorted(p.name for p in voc_root.iterdir() if p.is_dir() and any(p.glob("*.xml")))
+    raise ConfigError(f"split '{split}': {voc_root} has no ImageSets/Main/{split}.txt and no "
+                      f"folder {split}/ of xml files (folders of xml there: "
+                      f"{', '.join(folders) or 'none'}); create ImageSets/Main/{split}.txt "
+                      f"listing the split's xml names without .xml, one a line, or name one "
+                      f"of those folders in system.train_split, val_split or test_split")
+
+
+def image_file(voc_root: Path, xml_file: Path, filename: str | None,
+               problems: Problems) -> Path | None:
+    """The image of an xml: its `filename` (a path in it reduced to the name) in JPEGImages/
+    of a devkit, else beside the xml; a file of the same stem and another image extension is
+    taken and named; None (counted) when there is none."""
+    folder = voc_root / "JPEGImages" if xml_file.parent.name == "Annotations" else xml_file.parent
+    name = (filename or "").replace("\\", "/").rsplit("/", 1)[-1] or f"{xml_file.stem}.jpg"
+    for stem in dict.fromkeys((Path(name).stem, xml_file.stem)):
+        if (folder / f"{stem}{Path(name).suffix}").is_file():
+            return folder / f"{stem}{Path(name).suffix}"
+        suffixes = IMAGE_SUFFIXES + tuple(suffix.upper() for suffix in IMAGE_SUFFIXES)
+        others = [folder / f"{stem}{suffix}" for suffix in suffixes
+                  if (folder / f"{stem}{suffix}").is_file()]
+        if others:
+            problems.note("images read under another extension than their xml's filename",
+                          str(xml_file), f"<filename> says {name}, read {others[0].name}")
+            return others[0]
+    problems.add("images not found", str(xml_file),
+                 f"<filename> {name} is not in {folder} (nor {Path(name).stem} with another "
+                 f"image extension)")
+    return None
 
 
 def _field(node: ET.Element, name: str, where: str) -> str:
@@ -122,15 +168,23 @@ def _parse_with_lines(xml_file: Path) -> ET.Element:
     return root[0]
 
 
+def all_xml(voc_root: Path) -> list[Path]:
+    """Every xml file of the layout: Annotations/, or the root and its folders."""
+    folder = annotation_folder(voc_root)
+    if folder != voc_root:
+        return sorted(folder.glob("*.xml"))
+    return sorted(voc_root.glob("*.xml")) + sorted(voc_root.glob("*/*.xml"))
+
+
 def all_names(voc_root: Path) -> list[str]:
     """The class names of every annotation file under `voc_root`, sorted (so that every split
     gets the same classes in the same order)."""
     found = set()
-    for xml_file in sorted((voc_root / "Annotations").glob("*.xml")):
+    for xml_file in all_xml(voc_root):
         content = read_xml(xml_file, Problems(strict=False))
         found |= {obj[0] for obj in content[2]} if content else set()
     if not found:
-        raise DatasetError(f"{voc_root}/Annotations: no objects to take class names from; "
+        raise DatasetError(f"{voc_root}: no xml objects to take class names from; "
                            f"list them in db.names")
     return sorted(found)
 
@@ -138,28 +192,24 @@ def all_names(voc_root: Path) -> list[str]:
 def read_split(voc_root: Path, split: str, names: list[str] | None,
                problems: Problems) -> tuple[Path, dict]:
     """(image root, COCO instances dict) of one split of a VOC folder."""
-    parsed = []
-    for image_id in split_ids(voc_root, split):
-        xml_file = voc_root / "Annotations" / f"{image_id}.xml"
-        if not xml_file.is_file():
-            problems.add("images without an annotation file", str(xml_file),
-                         f"listed in ImageSets/Main/{split}.txt but not found")
-            continue
-        content = read_xml(xml_file, problems)
-        if content is not None:
-            parsed.append((image_id, *content))
+    xml_files, listing = split_files(voc_root, split)
     known = names or all_names(voc_root)
     index = {name: k for k, name in enumerate(known)}
     images, boxes = [], []
-    for image_id, filename, (width, height), objects in parsed:
-        file_name = f"JPEGImages/{filename or image_id + '.jpg'}"
-        if not (voc_root / file_name).is_file() and (voc_root / f"JPEGImages/{image_id}.jpg"
-                                                     ).is_file():
-            file_name = f"JPEGImages/{image_id}.jpg"
+    for xml_file in xml_files:
+        if not xml_file.is_file():
+            problems.add("images without an annotation file", str(xml_file),
+                         f"listed in {listing} but not found")
+            continue
+        content = read_xml(xml_file, problems)
+        image = None if content is None else image_file(voc_root, xml_file, content[0], problems)
+        if image is None:
+            continue
+        _, (width, height), objects = content
         if width <= 0 or height <= 0:
-            size = image_size(voc_root / file_name)
+            size = image_size(image)
             if size is None:
-                problems.add("unreadable images", str(voc_root / file_name),
+                problems.add("unreadable images", str(image),
                              "its xml gives no size and the image cannot be read")
                 continue
             width, height = size
@@ -170,9 +220,9 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
                              f"class '{name}' is not one of db.names")
                 continue
             rows.append((x1, y1, x2, y2, index[name], difficult, where))
-        images.append((file_name, width, height))
+        images.append((image.relative_to(voc_root).as_posix(), width, height))
         boxes.append(rows)
-    return voc_root, coco_dict(images, boxes, known)
+    return voc_root, coco_dict(images, boxes, known, problems)
 
 
 class VOC(Converted):
@@ -183,20 +233,21 @@ class VOC(Converted):
     def _root(self, settings: DatasetSettings) -> Path:
         if self._configs["voc_root"] is None:
             raise ConfigError("system.dataset 'VOC' needs db.voc_root: the folder holding "
-                              "Annotations/, JPEGImages/ and ImageSets/Main/")
+                              "Annotations/ and JPEGImages/ (a devkit), or the xml files "
+                              "beside the images")
         root = settings.resolve(self._configs["voc_root"])
-        if not (root / "Annotations").is_dir():
-            raise FileNotFoundError(f"db.voc_root {root} has no Annotations folder")
+        if not root.is_dir():
+            raise FileNotFoundError(f"db.voc_root {root} is not a folder")
         return root
 
     def _source(self, split: str, settings: DatasetSettings) -> tuple[Path, str, str]:
         root = self._root(settings)
-        ids = split_ids(root, split)
-        xml_files = ([root / "Annotations" / f"{i}.xml" for i in ids] if self._configs["names"]
-                     else sorted((root / "Annotations").glob("*.xml")))
+        xml_files, listing = split_files(root, split)
+        if not self._configs["names"]:
+            xml_files = all_xml(root)
         key = files_key(str(root), split, self._configs["names"],
-                        files=[root / "ImageSets" / "Main" / f"{split}.txt", *xml_files])
-        where = "db.names" if self._configs["names"] else f"{root}/Annotations"
+                        files=[p for p in (listing,) if p] + xml_files)
+        where = "db.names" if self._configs["names"] else str(root)
         return root, key, where
 
     def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:

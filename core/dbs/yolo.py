@@ -2,10 +2,12 @@
 
     system.dataset: "YOLO", db.data_yaml: "path/to/data.yaml"
 
-data.yaml: `path` (the dataset root; relative to the data.yaml's folder, which it defaults to),
-one key per split (the config's train_split, val_split, test_split) naming an images folder
-(searched recursively), a .txt list of image paths, or a list of these, relative to `path`;
-`names` as a list or an index map {0: name}; `nc`, if given, must agree. Each image's labels are
+data.yaml, read by PyYAML's safe loader: `path` (the dataset root; relative to the
+data.yaml's folder, which it defaults to), one key per split (the config's train_split,
+val_split, test_split) naming an images folder (searched recursively), a .txt list of image
+paths, or a list of these, relative to `path` (a `../x` that is not there is read as `x`, as
+Ultralytics reads Roboflow's exports); `names` as a list or an index map {0: name}; `nc`, if
+given, must agree; other keys (`roboflow:`, `download:`) are ignored. Each image's labels are
 in the parallel labels folder (the last `/images/` of its path replaced by `/labels/`, the
 extension by `.txt`): one object a line, `class cx cy w h` normalised to 0..1 (a polygon
 `class x1 y1 x2 y2 ...` counts as its enclosing box). An image without a label file has no
@@ -15,43 +17,78 @@ objects. Class k is category id k + 1 in the converted COCO ground truth.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+import yaml
 
 from core.config import ConfigError, DatasetSettings
 
-from .converted import Converted, Problems, coco_dict, files_key, image_size
+from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
-from .yaml_subset import Unreadable, YamlError, parse
 
-IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
+_NOT_SPLITS = ("path", "names", "nc", "download", "root", "roboflow", "yaml_file")
+_WINDOWS = re.compile(r"^([A-Za-z]:[\\/]|\\\\)")
 
 
-def read_data_yaml(path: Path) -> dict:
-    """The data.yaml at `path` with `root` (Path) and `names` (list of str) resolved."""
+def _load_yaml(path: Path) -> dict:
+    """The top-level map of a data.yaml by PyYAML's safe loader (a byte-order mark, CRLF line
+    ends, comments and lists wrapped over lines are YAML's own); errors name the file and line."""
     try:
-        content = parse(path.read_text(encoding="utf-8"), str(path))
+        content = yaml.safe_load(path.read_bytes())
     except OSError as err:
         raise DatasetError(f"cannot read db.data_yaml {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text") from None
-    except YamlError as err:
-        raise DatasetError(str(err)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        what = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise DatasetError(f"{where}: not valid YAML ({what}); fix that line") from None
+    if not isinstance(content, dict):
+        raise DatasetError(f"{path}: expected a map of keys (path, train, val, names, ...), "
+                           f"got {type(content).__name__}")
+    return {str(key): value for key, value in content.items()}
+
+
+def _names(content: dict, path: Path) -> list[str]:
+    """`names` as a list, or an index map 0..C-1, checked against `nc` when given."""
     names = content.get("names")
-    if isinstance(names, Unreadable):
-        raise DatasetError(names.why)
     if isinstance(names, dict):
-        if sorted(names) != list(range(len(names))):
+        if sorted(names, key=str) != sorted(range(len(names)), key=str):
             raise DatasetError(f"{path}: names as a map must have the keys 0..{len(names) - 1}, "
                                f"got {sorted(names, key=str)[:5]}")
         names = [names[k] for k in range(len(names))]
     if not isinstance(names, list) or not names:
         raise DatasetError(f"{path}: 'names' must list the class names (a list, or a map "
                            f"0: name, 1: name, ...), got {names!r}")
+    odd = next((k for k, name in enumerate(names) if name is None or isinstance(name, bool)),
+               None)
+    if odd is not None:
+        raise DatasetError(f"{path}: names: item {odd} reads as YAML's {names[odd]!r} (an "
+                           f"unquoted yes, no, on, off, true, false, null or ~); quote it")
     names = [str(name) for name in names]
     if content.get("nc") is not None and content["nc"] != len(names):
-        raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} classes")
+        raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} "
+                           f"classes; make them agree")
+    return names
+
+
+def windows_path(value: object) -> bool:
+    """Whether `value` is a Windows drive or UNC path (C:/..., C:\\..., \\\\server\\...) on a
+    machine that is not Windows."""
+    return isinstance(value, str) and bool(_WINDOWS.match(value)) and os.name != "nt"
+
+
+def read_data_yaml(path: Path) -> dict:
+    """The data.yaml at `path` with `root` (Path) and `names` (list of str) resolved: `path:`
+    taken from the yaml's folder when relative; the yaml's folder without it."""
+    content = _load_yaml(path)
+    names = _names(content, path)
     root = content.get("path")
-    root = _absolute(path.parent if root is None else path.parent / str(root))
+    if windows_path(root):
+        raise DatasetError(f"{path}: path: {root!r} is a Windows drive path, not a folder on "
+                           f"this machine; write the dataset's folder there (relative to "
+                           f"{path.parent}), or delete the path: line to use that folder")
+    root = _absolute(path.parent if root in (None, "") else path.parent / str(root))
     return {**content, "root": root, "names": names}
 
 
@@ -73,30 +110,46 @@ def label_path(image: Path) -> Path:
 
 def split_images(data: dict, split: str, data_yaml: Path) -> list[Path]:
     """The image paths of `split` in order: a folder's sorted, a list file's as listed."""
-    splits = [key for key in data if key not in ("path", "names", "nc", "download", "root")]
     if split not in data:
+        splits = [key for key in data if key not in _NOT_SPLITS]
         raise ConfigError(f"split '{split}' is not a key of {data_yaml} (its splits: "
                           f"{', '.join(splits) or 'none'}); name one in system.train_split, "
                           f"val_split or test_split")
     entries = data[split]
-    if isinstance(entries, Unreadable):
-        raise DatasetError(entries.why)
-    if entries is None:
-        raise DatasetError(f"{data_yaml}: split '{split}' names no images")
+    if entries is None or entries == []:
+        raise DatasetError(f"{data_yaml}: {split}: names no images; name an images folder or "
+                           f"a .txt list of images there")
     images: list[Path] = []
     for entry in entries if isinstance(entries, list) else [entries]:
-        where = data["root"] / str(entry)
+        where = split_path(data, split, entry, data_yaml)
         if where.is_dir():
             images += sorted(p for p in where.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
-        elif where.is_file() and where.suffix == ".txt":
-            for line in where.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.strip():
-                    item = Path(line.strip())
-                    images.append(_absolute(where.parent / item))
-        else:
-            raise DatasetError(f"{data_yaml}: split '{split}': {where} is neither an images "
-                               f"folder nor a .txt list of images")
+            continue
+        for line in where.read_text(encoding="utf-8-sig", errors="replace").splitlines():
+            if line.strip():
+                images.append(_absolute(where.parent / line.strip()))
     return images
+
+
+def split_path(data: dict, split: str, entry: object, data_yaml: Path) -> Path:
+    """The folder or list file that one entry of a split names, taken from the root (`path:`);
+    when `../x` is not there, `x` from the root, as Ultralytics falls back (Roboflow's exports
+    say `train: ../train/images` beside a data.yaml in the dataset's own folder)."""
+    if windows_path(entry):
+        raise DatasetError(f"{data_yaml}: {split}: {entry!r} is a Windows drive path, not a "
+                           f"folder on this machine; write it relative to the root "
+                           f"{data['root']} (path:, else the yaml's folder)")
+    text = str(entry).replace("\\", "/")
+    where = _absolute(data["root"] / text)
+    if not where.exists() and text.startswith("../"):
+        fallback = _absolute(data["root"] / text[3:])
+        where = fallback if fallback.exists() else where
+    if where.is_dir() or (where.is_file() and where.suffix.lower() == ".txt"):
+        return where
+    said = f"path: {data['path']}" if data.get("path") not in (None, "") else "no path: key"
+    raise DatasetError(f"{data_yaml}: {split}: {entry!r} is {where}, neither an images folder "
+                       f"nor a .txt list of images (the root is {data['root']}, from {said}); "
+                       f"write the folder there relative to the root")
 
 
 def parse_label_line(line: str, where: str, num_classes: int, problems: Problems,
@@ -161,7 +214,7 @@ def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, d
         name = image.relative_to(root) if image.is_relative_to(root) else image
         images.append((str(name), *size))
         boxes.append(rows)
-    return root, coco_dict(images, boxes, names)
+    return root, coco_dict(images, boxes, names, problems)
 
 
 class YOLO(Converted):
@@ -188,3 +241,7 @@ class YOLO(Converted):
 
     def _convert(self, split: str, settings: DatasetSettings, problems: Problems) -> dict:
         return read_split(self._data_yaml(settings), split, problems)[1]
+
+    def label_file(self, ind: int) -> Path:
+        """The label file the image `ind` is read with (it may be absent: no objects)."""
+        return label_path(Path(self.image_path(ind)))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..config import SystemConfig
-from ..data.check import save_batch_picture
+from ..data.check import save_batch_picture, warn_split_overlap
 from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
 from ..data.ring import probe_batch
@@ -135,6 +135,8 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         _check_storage(system_config, log)
     training_db = make_here(split=system_config.train_split)
+    if rank == 0 and not args.initialize:
+        warn_split_overlap(system_config, db_config, training_db, training_db.split, log)
     evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
                          rank, world, distributed, log)
     if system_config.eval_iter and not args.initialize:
