@@ -5,41 +5,38 @@ python demo.py <Cfg> --testiter N|best --images a.jpg folder/ 'shots/*.png' clip
 python demo.py --snapshot cache/nnet/<Cfg>/<Cfg>_best.pkl --images 0 --out DIR      (camera 0)
 python demo.py --runtime onnxruntime --onnx model.onnx --images rtsp://... --out DIR
 
-Writes into DIR: <name>.jpg for every readable picture and <name>.mp4 for every video, camera or
-stream (same frame rate and size), with boxes, class names and scores above --thresh, and
-detections.jsonl with one JSON line per picture or frame (`cornernet.Result.to_json`). Inputs are
-never written over, and two inputs never share an output: x.jpg and x.png become x_jpg.jpg and
-x_png.jpg. Ctrl-C finishes the current frame and closes the outputs, so that the videos play.
+Writes into DIR (without --out: runs/predict, runs/predict2, ..., a new folder each run):
+<name>.jpg for every readable picture and <name>.mp4 for every video, camera or stream (same frame
+rate and size), with boxes, class names and scores above --thresh, and detections.jsonl with one
+JSON line per picture or frame (`cornernet.Result.to_json`). An --out holding an earlier run's
+outputs is refused unless --exist-ok; no file is ever written over, and two inputs never share an
+output: x.jpg and x.png become x_jpg.jpg and x_png.jpg (cornernet/outputs.py). Sources are read
+one at a time: one that cannot be read is named in the summary and the others are drawn; the run
+fails only when none was readable. Ctrl-C finishes the current frame and closes the outputs, so
+that the videos play.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import cv2
 from tqdm import tqdm
 
-from core.config import CONFIG_DIR, add_set_arg, load_config, snapshot_arg
+from core.config import CONFIG_DIR, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
-from core.dbs.detection import DETECTION
 from core.engine.cli import run_cli
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
-from core.inference.runtimes import add_runtime_args, open_network
-from core.nnet.checkpoint import require_snapshot
+from core.inference.runtimes import add_runtime_args
 from core.utils.files import StorageError, probe_writable
-from cornernet.detector import Detector, class_table
+from cornernet.detector import DEFAULT_THRESH, Detector
+from cornernet.detector import open_detector as open_detector_of
+from cornernet.outputs import Outputs, output_files, run_folder  # noqa: F401 - output_files: tests
 from cornernet.sources import expand as expand_sources
-from cornernet.sources import frames, is_video
-
-JSON_LINES = "detections.jsonl"
-# In --out: the names of the files demo.py wrote there, so that a folder that is both input and
-# output is never drawn on again.
-DRAWN = ".demo-drawn"
+from cornernet.sources import frames
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -54,9 +51,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", "--source", dest="images", nargs="+", required=True,
                         help="pictures, folders, globs, videos, camera indices (0) or stream "
                              "URLs (rtsp://, http://)")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the outputs")
-    parser.add_argument("--thresh", type=unit_interval, default=0.5,
-                        help="keep boxes scoring above it")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the outputs (default: runs/predict, runs/predict2, ... "
+                             "the first that is new)")
+    parser.add_argument("--exist-ok", action="store_true",
+                        help="add to an --out folder that holds an earlier run's outputs "
+                             "(new names: nothing in it is written over)")
+    parser.add_argument("--thresh", type=unit_interval, default=DEFAULT_THRESH,
+                        help=f"keep boxes scoring above it (default {DEFAULT_THRESH})")
     parser.add_argument("--device", default=None,
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
@@ -69,97 +71,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def output_files(inputs: list[Path], out_dir: Path) -> list[Path]:
-    """One distinct file in `out_dir` per input, none of them an input: `<stem>.jpg` for a
-    picture, `<stem>.mp4` for a video, or `<stem>_<extension>.<ext>` when inputs share a stem
-    (x.jpg, x.png), with `-2`, `-3`, ... when they still collide (x.jpg in two folders)."""
-    stems = Counter(path.stem for path in inputs)
-    taken = {path.resolve() for path in inputs}
-    outputs = []
-    for path in inputs:
-        name = path.stem if stems[path.stem] == 1 else f"{path.stem}_{path.suffix.lstrip('.')}"
-        ext = ".mp4" if is_video(path) else ".jpg"
-        candidate, number = out_dir / f"{name}{ext}", 1
-        while candidate.resolve() in taken:
-            number += 1
-            candidate = out_dir / f"{name}-{number}{ext}"
-        taken.add(candidate.resolve())
-        outputs.append(candidate)
-    return outputs
-
-
 def open_detector(args: argparse.Namespace) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
-    if args.snapshot is not None:
-        return Detector.from_snapshot(args.snapshot, args.device, thresh=args.thresh)
-    if args.cfg_file is None:
-        return Detector.from_onnx(args.onnx, args.device, args.config_dir, args.runtime,
-                                  args.precision, thresh=args.thresh)
-    system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                           overrides=args.overrides)
-    testiter = system_config.max_iter if args.testiter is None else args.testiter
-    if args.runtime == "torch":
-        require_snapshot(system_config, testiter, "pick --testiter")
-    network, _ = open_network(args.runtime, system_config, DETECTION(db_config), testiter,
-                              args.device, args.onnx, precision=args.precision)
-    names, category_ids = class_table(system_config, db_config, strict=True)
-    return Detector(network, system_config, db_config, thresh=args.thresh, names=names,
-                    category_ids=category_ids)
-
-
-class Outputs:
-    """The files a run writes: pictures, one video per video source, the JSON lines."""
-
-    def __init__(self, out_dir: Path, sources: list[Any]) -> None:
-        files = [s for s in sources if isinstance(s, Path)]
-        self.paths = dict(zip(map(str, files), output_files(files, out_dir)))
-        taken = {p.resolve() for p in files} | {p.resolve() for p in self.paths.values()}
-        self.json_path, number = out_dir / JSON_LINES, 1
-        while self.json_path.resolve() in taken:
-            number += 1
-            self.json_path = out_dir / f"detections-{number}.jsonl"
-        self.out_dir, self.json = out_dir, open(self.json_path, "w")  # noqa: SIM115 - closed by close()
-        self.writer: Any = None
-        self.video_path: Path | None = None
-        self.streams = 0
-
-    def video(self, source: str, fps: float, size: tuple[int, int]) -> Any:
-        if self.writer is None:
-            path = self.paths.get(source)
-            if path is None:  # a camera or a stream
-                self.streams += 1
-                path = self.out_dir / f"{source.split(':')[0].replace(' ', '')}-" \
-                    f"{self.streams}.mp4"
-            self.writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
-            if not self.writer.isOpened():
-                raise StorageError(f"cannot write the video {path} (OpenCV's mp4v writer)")
-            self.video_path = path
-        return self.writer
-
-    def end_video(self) -> Path | None:
-        path, self.video_path = self.video_path, None
-        if self.writer is not None:
-            self.writer.release()
-            self.writer = None
-        return path
-
-    def close(self) -> None:
-        self.end_video()
-        self.json.close()
-
-
-def drawn_before(images: list[str]) -> set[Path]:
-    """The files an earlier run wrote into a folder named among `images` (its DRAWN list)."""
-    drawn = set()
-    for folder in map(Path, images):
-        if (folder / DRAWN).is_file():
-            drawn |= {folder / name for name in (folder / DRAWN).read_text().splitlines()}
-    return drawn
+    return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
+                            args.precision, args.device, args.config_dir, args.overrides,
+                            args.thresh)
 
 
 def main(args: argparse.Namespace) -> list[Path]:
-    drawn = drawn_before(args.images)
-    sources = [s for s in expand_sources(args.images) if s not in drawn]
+    sources = expand_sources(args.images)
+    args.out = run_folder(args.out, args.exist_ok)
     try:  # an unwritable --out is found now, not after the first image
         probe_writable(args.out, "--out")
     except StorageError as err:
@@ -205,9 +126,7 @@ def main(args: argparse.Namespace) -> list[Path]:
                 break
     finally:
         bar.close()
-        outputs.close()
-        with open(args.out / DRAWN, "a") as listing:  # never taken for inputs by a later run
-            listing.writelines(f"{path.name}\n" for path in (*written, outputs.json_path))
+        outputs.close(written)
     seconds = time.perf_counter() - start
     print(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
           f"{outputs.json_path}; {count / max(seconds, 1e-9):.1f} frames/s"

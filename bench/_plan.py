@@ -1,9 +1,14 @@
 """gpu_check's step groups, most valuable first, each with the time it is expected to take.
 
-A group is one or more commands (rows). Expected seconds are for one H100 and, in brackets, for
-the CPU sizes of a rehearsal; the H100 figures are estimates from the CPU measurements until a
-first GPU run replaces them with its own (bench/README.md). The budget uses them to decide
-whether a command is started at all.
+A group is one or more commands (rows). Expected seconds are for one GPU and, apart, for the CPU
+sizes of a rehearsal. The GPU figures are those of the first real run (one NVIDIA H200, torch
+2.11+cu130; bench/README.md), per group: cuda-tests 23, train-squeeze 52, bench-squeeze 67,
+test-squeeze 25 (test.py 17 + demo.py 8), deploy-gpu 107, train-tiny 27, train-saccade 43,
+train-cornernet 57, deterministic 67, test-saccade 18, test-cornernet 18, bench-squeeze-more 37,
+bench-cornernet 76, dry-run 12; bench-tiny and bench-saccade were not measured (estimates from
+bench-cornernet's 4 modes). Where a group has several commands and only its total was measured,
+the total is shared between them. The budget uses them to decide whether a command is started
+at all.
 """
 
 from __future__ import annotations
@@ -100,14 +105,22 @@ def cuda_tests(ctx: Context) -> None:
     files = ["tests/test_cuda.py"] + ([] if ctx.tiny else ["tests/test_device.py"])
     ctx.steps.run("CUDA tests", [ctx.py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                                  *files],
-                  timeout=300, need=ctx.t(120, 20),
+                  timeout=300, need=ctx.t(23, 20),
                   measure=lambda out: out.strip().splitlines()[-1].strip("= "))
+
+
+# Seconds of one GPU run (see the module's docstring).
+TRAIN_S = {"CornerNet_Tiny": 27, "CornerNet_Squeeze": 52, "CornerNet_Saccade": 43,
+           "CornerNet": 57}
+TEST_DEMO_S = {"CornerNet_Squeeze": (17, 8), "CornerNet_Saccade": (12, 6), "CornerNet": (12, 6)}
+BENCH_S = {"bench-squeeze": 67, "bench-squeeze-more": 37, "bench-cornernet": 76,
+           "bench-tiny": 76, "bench-saccade": 76}  # the last two: not measured
 
 
 def train(name: str) -> Callable[[Context], None]:
     def run(ctx: Context) -> None:
         ctx.steps.run(f"train {name} ({where(ctx, name)})", ctx.train_cmd(name),
-                      timeout=300, need=ctx.t(120 if name == "CornerNet" else 75, 25),
+                      timeout=300, need=ctx.t(TRAIN_S[name], 25),
                       measure=lambda out: training_figures(out)
                       + peak_memory(ctx.root / "cache", name))
     return run
@@ -121,7 +134,7 @@ def test_and_demo(name: str) -> Callable[[Context], None]:
             f"test.py {name}", [ctx.py, "test.py", name, "--testiter", testiter, "--config-dir",
                                 ctx.configs, "--images", 1 if ctx.tiny else 8, "--device",
                                 ctx.device, "--no-resume", "--backend", ctx.backend],
-            timeout=240, need=ctx.t(45, 20),
+            timeout=240, need=ctx.t(TEST_DEMO_S[name][0], 20),
             measure=lambda out: scored + next((line for line in out.splitlines()
                                                if " images in " in line), ""))
         if ctx.coco128 is not None and name != "CornerNet_Tiny":
@@ -132,11 +145,11 @@ def test_and_demo(name: str) -> Callable[[Context], None]:
                       [ctx.py, "demo.py", name, "--testiter", testiter, "--config-dir",
                        ctx.configs, "--device", ctx.device, "--images",
                        *images[:1 if ctx.tiny else 4], "--out", ctx.root / "demo" / name,
-                       "--thresh", 0.3], timeout=180, need=ctx.t(30, 15))
+                       "--thresh", 0.3], timeout=180, need=ctx.t(TEST_DEMO_S[name][1], 15))
     return run
 
 
-def bench(name: str, modes: tuple[str, ...]) -> Callable[[Context], None]:
+def bench(name: str, modes: tuple[str, ...], gpu: float) -> Callable[[Context], None]:
     def run(ctx: Context) -> None:
         # CPU sizes: the tiny network, one mode, one iteration.
         config, run_modes = ("CornerNet_Tiny", modes[:1]) if ctx.tiny else (name, modes)
@@ -151,7 +164,7 @@ def bench(name: str, modes: tuple[str, ...]) -> Callable[[Context], None]:
             label, [ctx.py, "bench/bench_train.py", "--configs", config, "--modes", *run_modes,
                     "--workers", ctx.workers[name], "--batch", batch, "--device", ctx.device,
                     "--no-breakdown", *sizes], timeout=300,
-            need=ctx.t(30 * len(modes) + 20, 25), measure=lambda out: "rows below")
+            need=ctx.t(gpu, 25), measure=lambda out: "rows below")
         for line in (output or "").splitlines():
             parts = line.split()
             if len(parts) >= 6 and parts[0] == config and parts[1] in run_modes:
@@ -197,7 +210,7 @@ def deploy_gpu(ctx: Context) -> None:
         label, [ctx.py, "bench/bench_deploy.py", "--configs", config, "--device", ctx.device,
                 "--rows", *rows, "--batch", *batches, "--images", 2, "--reps", 5,
                 *(["--size", 127] if ctx.tiny else [])],
-        timeout=420, need=ctx.t(240, 60), measure=lambda out: "rows below")
+        timeout=420, need=ctx.t(107, 60), measure=lambda out: "rows below")
     for name, status, detail in deploy_rows(output or ""):
         ctx.steps.add(f"  {config} {name}", status, 0.0, detail)
 
@@ -209,11 +222,11 @@ def deterministic(ctx: Context) -> None:
                             display=1, val_iter=0)
     resume_at = 2 if ctx.tiny else 3
     runs = [ctx.steps.run(f"deterministic {name}, run {i}", ctx.train_cmd(name, det),
-                          timeout=240, need=ctx.t(60, 25), measure=training_figures)
+                          timeout=240, need=ctx.t(23, 25), measure=training_figures)
             for i in (1, 2)]
     resumed = ctx.steps.run(f"deterministic {name}, --iter {resume_at}",
                             [*ctx.train_cmd(name, det), "--iter", resume_at], timeout=240,
-                            need=ctx.t(50, 25))
+                            need=ctx.t(21, 25))
     if all(runs) and resumed:
         first, second, third = losses(runs[0]), losses(runs[1]), losses(resumed)
         equal = first == second and bool(first)
@@ -228,7 +241,7 @@ def deterministic(ctx: Context) -> None:
 def dry_run(ctx: Context) -> None:
     ctx.steps.run("train.py --dry-run, CornerNet",
                   [*ctx.train_cmd("CornerNet"), "--dry-run", 2 if ctx.tiny else 20],
-                  timeout=180, need=ctx.t(60, 20),
+                  timeout=180, need=ctx.t(12, 20),
                   measure=lambda out: " ".join(out.split())[-90:])
 
 
@@ -243,34 +256,39 @@ def two_gpus(ctx: Context) -> None:
 
 
 def _groups() -> dict[str, Group]:
-    groups = {"cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 120, 20,
+    groups = {"cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 23, 20,
                                   cuda_tests),
-              "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations", 75, 25,
+              "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations",
+                                     TRAIN_S["CornerNet_Squeeze"], 25,
                                      train("CornerNet_Squeeze")),
-              "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32", 80, 25,
-                                     bench("CornerNet_Squeeze", ("bf16+cl", "fp32"))),
-              "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot", 75,
-                                    35, test_and_demo("CornerNet_Squeeze"),
+              "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32",
+                                     BENCH_S["bench-squeeze"], 25,
+                                     bench("CornerNet_Squeeze", ("bf16+cl", "fp32"),
+                                           BENCH_S["bench-squeeze"])),
+              "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
+                                    sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,
+                                    test_and_demo("CornerNet_Squeeze"),
                                     needs=("train-squeeze",)),
               "deploy-gpu": Group("tools/benchmark.py CornerNet_Squeeze: torch fp32, bf16, "
-                                  "torch.compile at batch 1 and 8", 240, 60, deploy_gpu)}
+                                  "torch.compile at batch 1 and 8", 107, 60, deploy_gpu)}
     for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
         groups[f"train-{SHORT[name]}"] = Group(f"train.py {name}, 20 iterations",
-                                               120 if name == "CornerNet" else 75, 25,
-                                               train(name))
+                                               TRAIN_S[name], 25, train(name))
     groups["deterministic"] = Group("system.deterministic: two runs and a resume, equal losses",
-                                    170, 75, deterministic)
+                                    67, 75, deterministic)
     for name in ("CornerNet_Saccade", "CornerNet"):
-        groups[f"test-{SHORT[name]}"] = Group("test.py and demo.py of its snapshot", 75, 35,
-                                              test_and_demo(name),
+        groups[f"test-{SHORT[name]}"] = Group("test.py and demo.py of its snapshot",
+                                              sum(TEST_DEMO_S[name]), 35, test_and_demo(name),
                                               needs=(f"train-{SHORT[name]}",))
-    groups["bench-squeeze-more"] = Group("bench_train CornerNet_Squeeze bf16 and fp32+det", 80,
-                                         25, bench("CornerNet_Squeeze", ("bf16", "fp32+det")))
+    more = BENCH_S["bench-squeeze-more"]
+    groups["bench-squeeze-more"] = Group("bench_train CornerNet_Squeeze bf16 and fp32+det",
+                                         more, 25,
+                                         bench("CornerNet_Squeeze", ("bf16", "fp32+det"), more))
     for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
-        groups[f"bench-{SHORT[name]}"] = Group(
-            f"bench_train {name}, 4 modes", 140, 25,
-            bench(name, ("bf16+cl", "fp32", "bf16", "fp32+det")))
-    groups["dry-run"] = Group("train.py CornerNet --dry-run 20", 60, 20, dry_run)
+        key = f"bench-{SHORT[name]}"
+        groups[key] = Group(f"bench_train {name}, 4 modes", BENCH_S[key], 25,
+                            bench(name, ("bf16+cl", "fp32", "bf16", "fp32+det"), BENCH_S[key]))
+    groups["dry-run"] = Group("train.py CornerNet --dry-run 20", 12, 20, dry_run)
     groups["train-2gpu"] = Group("each config on 2 GPUs (only where there are 2)", 360, 120,
                                  two_gpus)
     return groups

@@ -2,17 +2,22 @@
 
 The repository's files (tracked and untracked-but-not-ignored, as the device tool sends them) are
 copied to a scratch folder with no ../shared beside it; coco128 goes into the copy's ./shared as
-bench/gpu_prep.sh lays it; CORNERNET_DATA is unset and faster-coco-eval and pycocotools are made
-unimportable. gpu_check then runs there at CPU sizes under a budget shorter than its plan, and
-what it printed and logged is checked: the machine's lines first, the data found in ./shared,
-the evaluator missing and the test.py row "not scored", every row in the log file, the groups
-past the budget "not run (budget)", the table and the line that runs the rest, all before the
-deadline.
+bench/gpu_prep.sh lays it. The GPU machine's packages are imitated: CORNERNET_DATA and
+PYTHONPATH are unset; the installed package (`core`, `cornernet`), pytest-xdist and the COCO
+evaluators (faster-coco-eval, pycocotools) are made unimportable, and pytest does not load
+xdist's plugin (its entry points are blocked with `-p no:`), so a step that works only because
+this machine has them fails here as it would there. gpu_check then runs there at CPU sizes under
+`--budget` (default 100 s), writing `--log` (default a file in the scratch folder), and what it
+printed and logged is checked: the machine's lines first, the data found in ./shared, the
+evaluator missing and the test.py row "not scored", the CUDA tests' row ending in pytest's own
+summary, every row in the log file, the groups past the budget "not run (budget)", the table and
+the line that runs the rest, all before the deadline.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +32,11 @@ BUDGET = 100.0
 # training, test.py without an evaluator, and one group that the budget must refuse (the
 # bench rows' parsing is tests/test_gpu_check.py's, on bench_train's own output).
 GROUPS = ("cuda-tests", "train-squeeze", "test-squeeze", "deterministic")
-BLOCKED = ("faster_coco_eval", "pycocotools")
+BLOCKED = ("faster_coco_eval", "pycocotools", "xdist", "core", "cornernet")
+# pytest loads xdist by these entry points whatever the import path holds: blocked by name.
+NO_XDIST = "-p no:xdist -p no:xdist.looponfail"
+# The last line of a pytest run: "3 skipped in 1.20s", "2 passed, 1 skipped in 0.50s", ...
+PYTEST_SUMMARY = re.compile(r"^(\d+ \w+(, \d+ \w+)*|no tests ran) in [\d.]+s( \([\d:]+\))?$")
 
 
 def copy_checkout(repo: Path, dest: Path) -> None:
@@ -47,16 +56,18 @@ def copy_checkout(repo: Path, dest: Path) -> None:
             shutil.copy2(source, dest / name)
 
 
-def block_evaluators(folder: Path) -> None:
-    """Packages that shadow the COCO evaluators and fail to import, as on the GPU machine."""
+def block_packages(folder: Path) -> None:
+    """Packages that shadow the COCO evaluators, pytest-xdist and the installed project and fail
+    to import, as they are missing on the GPU machine (put `folder` first on PYTHONPATH)."""
     for name in BLOCKED:
         (folder / name).mkdir(parents=True)
         (folder / name / "__init__.py").write_text(
             f"raise ImportError('{name} is blocked by the gpu_check rehearsal')\n")
 
 
-def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
-    """What a good rehearsal printed and logged; the list of what is wrong."""
+def check(output: str, log: str, copy: Path, seconds: float, budget: float = BUDGET) -> list[str]:
+    """What a good rehearsal printed and logged (`log`: what this run added to the log file);
+    the list of what is wrong."""
     lines = log.splitlines()
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| step")]
     wrong = _header_problems(lines, log, copy) + _row_problems(output, rows)
@@ -67,8 +78,8 @@ def check(output: str, log: str, copy: Path, seconds: float) -> list[str]:
         wrong.append("a step failed")
     if refused and "the rest: python bench/gpu_check.py --only" not in log:
         wrong.append("steps were refused by the budget, but no line runs the rest")
-    if seconds > BUDGET + 10:
-        wrong.append(f"it took {seconds:.0f} s against a budget of {BUDGET:.0f} s")
+    if seconds > budget + 10:
+        wrong.append(f"it took {seconds:.0f} s against a budget of {budget:.0f} s")
     return wrong
 
 
@@ -95,13 +106,20 @@ def _row_problems(output: str, rows: list[str]) -> list[str]:
     for name in ("CUDA tests", "train CornerNet_Squeeze", "test.py CornerNet_Squeeze"):
         if not any(row.startswith(f"| {name}") and "| ok |" in row for row in rows):
             wrong.append(f"no ok row for {name}")
+    for row in (row for row in rows if row.startswith("| CUDA tests |")):
+        detail = row.rstrip(" |").rsplit(" | ", 1)[-1]
+        if not PYTEST_SUMMARY.match(detail):
+            wrong.append(f"the CUDA tests did not reach pytest's own summary: {detail}")
     if not any("test.py" in row and "not scored: no evaluator" in row for row in rows):
         wrong.append("the test.py row does not say 'not scored: no evaluator'")
     return wrong
 
 
-def rehearse(repo: Path) -> int:
-    """Run the rehearsal; 0 when everything it checks holds, 1 when not, 2 without coco128."""
+def rehearse(repo: Path, budget: float | None = None, log: Path | None = None) -> int:
+    """Run the rehearsal under `budget` seconds (default BUDGET), gpu_check's rows appended to
+    `log` (default a file in the scratch folder); 0 when everything it checks holds, 1 when
+    not, 2 without coco128."""
+    budget = BUDGET if budget is None else budget
     coco128 = coco128_dir()
     if coco128 is None:
         print(f"error: the rehearsal copies coco128 into its checkout, and none was found here "
@@ -112,28 +130,31 @@ def rehearse(repo: Path) -> int:
     copy_checkout(repo, copy)
     (copy / "shared" / "data").mkdir(parents=True)
     shutil.copytree(coco128, copy / "shared" / "data" / "coco128")
-    block_evaluators(scratch / "blocked")
-    log = scratch / "out" / "gpu_check.log"
-    env = {key: value for key, value in os.environ.items() if key != ENV}
-    env.update(PYTHONPATH=f"{scratch / 'blocked'}{os.pathsep}{copy}", PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "bench/gpu_check.py", "--device", "cpu", "--budget", str(BUDGET),
+    block_packages(scratch / "blocked")
+    log = (scratch / "out" / "gpu_check.log") if log is None else log.resolve()
+    start = log.stat().st_size if log.is_file() else 0
+    env = {key: value for key, value in os.environ.items()
+           if key not in (ENV, "PYTHONPATH", "PYTEST_ADDOPTS")}
+    env.update(PYTHONPATH=str(scratch / "blocked"), PYTHONUNBUFFERED="1",
+               PYTEST_ADDOPTS=NO_XDIST)
+    cmd = [sys.executable, "bench/gpu_check.py", "--device", "cpu", "--budget", f"{budget:g}",
            "--log", str(log), "--workers", "1", "--scratch", str(scratch / "steps"),
            "--only", *GROUPS]
-    print(f"rehearsal in {copy} (no ../shared beside it, no COCO evaluator): "
-          f"{' '.join(cmd[1:])}", flush=True)
+    print(f"rehearsal in {copy} (no ../shared beside it, no COCO evaluator, no pytest-xdist, "
+          f"the package not installed): {' '.join(cmd[1:])}", flush=True)
     t0 = time.monotonic()
     done = subprocess.run(cmd, cwd=copy, env=env, capture_output=True, text=True,
-                          timeout=BUDGET + 60, check=False)
+                          timeout=budget + 60, check=False)
     seconds = time.monotonic() - t0
     print(done.stdout + done.stderr, flush=True)
-    text = log.read_text() if log.is_file() else ""
-    wrong = check(done.stdout, text, copy, seconds)
+    text = log.read_bytes()[start:].decode(errors="replace") if log.is_file() else ""
+    wrong = check(done.stdout, text, copy, seconds, budget)
     if done.returncode != 0:
         wrong.insert(0, f"gpu_check exited {done.returncode}")
     for line in wrong:
         print(f"rehearsal: {line}")
     print(f"rehearsal {'FAILED' if wrong else 'passed'} in {seconds:.0f} s "
-          f"(budget {BUDGET:.0f} s); log {log}")
+          f"(budget {budget:g} s); log {log}")
     if not wrong:
         shutil.rmtree(scratch, ignore_errors=True)
     return 1 if wrong else 0

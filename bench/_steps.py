@@ -6,7 +6,8 @@ ends, as a line of a markdown table. A step whose expected time no longer fits i
 "not run (budget)" row; a step still running at the deadline is killed with its process group (a
 "cut (budget)" row), so the closing table is printed before the deadline. Each step's output
 (stdout and stderr together) goes to a file; the last lines of a failed or cut step are printed
-and logged.
+and logged. Every step runs in the checkout with the checkout first on PYTHONPATH (the GPU
+machine runs an uninstalled checkout with PYTHONPATH unset).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class Steps:
         t0 = time.monotonic()
         with open(out_file, "w") as sink:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
+                                    stdin=subprocess.DEVNULL, env=step_env(env),
                                     start_new_session=True)
             try:
                 code: int | None = proc.wait(timeout=limit)
@@ -131,6 +132,15 @@ class Steps:
     @property
     def failed(self) -> bool:
         return any(row.status.startswith("FAIL") for row in self.rows)
+
+
+def step_env(extra: dict | None = None) -> dict[str, str]:
+    """A step's environment: this one with `extra`, and the checkout first on PYTHONPATH, so
+    that a script of bench/ or tools/ imports this checkout's `core` where the package is not
+    installed and PYTHONPATH is unset (as on the GPU machine)."""
+    env = {**os.environ, **(extra or {})}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    return env
 
 
 def kill_group(proc: subprocess.Popen) -> None:

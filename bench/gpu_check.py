@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -183,8 +184,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="run the check on this CPU in a copy of the repository with no "
                              "../shared and no COCO evaluator, and check what it wrote")
     args = parser.parse_args(argv)
-    if args.budget is not None and args.budget <= 0:
-        parser.error(f"--budget must be positive, got {args.budget}")
+    if args.budget is not None and not (math.isfinite(args.budget) and args.budget > 0):
+        parser.error(f"--budget must be a finite number of seconds greater than 0, got "
+                     f"{args.budget}")
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     return args
@@ -244,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.rehearse:
         from bench._rehearsal import rehearse
-        return rehearse(REPO)
+        return rehearse(REPO, args.budget, args.log)
     if args.data is not None:
         if not args.data.is_dir():
             print(f"error: --data {args.data}: no such folder", file=sys.stderr)

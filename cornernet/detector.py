@@ -8,11 +8,17 @@
 `predict(source)` runs the config's inference (`system.sampling_function`: the same code as
 test.py, so the same boxes) on every image of `source` and yields one `Result` per image or
 frame, lazily.
+
+Every way of opening a detector goes through `open_detector`'s pieces: the config is read (from
+the config file, the snapshot's record or the export's metadata), then `overrides` (--set) are
+applied to it by `apply_overrides`, whatever it came from. Arguments are checked when the object
+is made, as UsageErrors in the command line's words (`thresh` is --thresh).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,19 +29,37 @@ from core.config import (
     CONFIG_DIR,
     ConfigError,
     SystemConfig,
+    apply_overrides,
     load_config,
     lookup,
     snapshot_arg,
 )
 from core.dbs import DatasetError, datasets
 from core.dbs.detection import DETECTION
+from core.errors import UsageError
 from core.inference import test_func
-from core.inference.network import InferenceNetwork
+from core.inference.network import InferenceNetwork, snapshot_config
 from core.inference.onnx_runtime import OnnxNetwork
-from core.nnet.checkpoint import require_snapshot
+from core.nnet.checkpoint import read_snapshot, require_snapshot
 
 from .results import Result
-from .sources import frames
+from .sources import as_image, frames
+
+# The one default of `cornernet predict --thresh` and `Detector(thresh=)`: low enough that a
+# briefly trained model (whose scores stay low) still shows its boxes, high enough that a
+# picture is not covered by the many low-scoring corner pairs; results can be filtered higher
+# later (`Result.draw(thresh=)`), never lower.
+DEFAULT_THRESH = 0.3
+
+
+def check_thresh(value: Any) -> float:
+    """`value` as a threshold: a real number in [0, 1] (a UsageError naming --thresh else)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise UsageError(f"thresh (--thresh) {value!r}: expected a number between 0 and 1, got "
+                         f"{type(value).__name__}")
+    if not (math.isfinite(float(value)) and 0.0 <= float(value) <= 1.0):
+        raise UsageError(f"thresh (--thresh) {value!r}: expected a number between 0 and 1")
+    return float(value)
 
 
 def snapshot_value(snapshot: int | str) -> int | str:
@@ -75,26 +99,46 @@ class Detector:
         network: an `InferenceNetwork` (torch) or `OnnxNetwork` (onnxruntime).
         system_config, db_config: the config it was trained with (its test settings are used).
         thresh: results keep detections scoring above it (0: all, as test.py scores them).
+        names, category_ids: one per class 1..C (default: the dataset's, see `class_table`).
     """
 
     def __init__(self, network: Any, system_config: SystemConfig, db_config: dict,
-                 thresh: float = 0.3, names: list[str] | None = None,
+                 thresh: float = DEFAULT_THRESH, names: list[str] | None = None,
                  category_ids: list[int] | None = None) -> None:
-        self.network, self.system_config, self.thresh = network, system_config, thresh
+        self.thresh = check_thresh(thresh)
+        count = int(db_config["categories"])
+        for what, given in (("names", names), ("category_ids", category_ids)):
+            if given is not None and (isinstance(given, (str, bytes)) or len(given) != count):
+                got = f"a {type(given).__name__}" if isinstance(given, (str, bytes)) else \
+                    f"{len(given)}"
+                raise UsageError(f"{what}: expected a list of {count} (one per class of "
+                                 f"{system_config.snapshot_name}, db.categories), got {got}")
+        self.network, self.system_config = network, system_config
         self.settings = DETECTION(db_config)  # test settings and normalisation statistics
         if names is None or category_ids is None:
-            names, category_ids = class_table(system_config, self.settings.configs)
-        self.names, self.category_ids = list(names), list(category_ids)
+            table = class_table(system_config, self.settings.configs)
+            names = table[0] if names is None else names
+            category_ids = table[1] if category_ids is None else category_ids
+        self.names, self.category_ids = [str(n) for n in names], [int(c) for c in category_ids]
         self._inference = lookup(test_func, system_config.sampling_function,
                                  "sampling function")
+        self.frames_skipped: list[str] = []  # why each unreadable input of `predict` was skipped
 
     # ------------------------------------------------------------------------ constructors
     @classmethod
     def from_snapshot(cls, path: str | Path, device: str | None = None,
-                      raw_weights: bool = False, **kwargs: Any) -> Detector:
-        """From a snapshot file alone: it records its resolved config."""
-        network = InferenceNetwork.from_file(path, device=device, raw_weights=raw_weights)
-        return cls(network, network.system_config, network.db_config, **kwargs)
+                      raw_weights: bool = False, overrides: list[str] | None = None,
+                      **kwargs: Any) -> Detector:
+        """From a snapshot file alone: it records its resolved config; `overrides` as --set."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no snapshot file {path}")
+        snapshot = read_snapshot(path)
+        system_config, db_config = apply_overrides(*snapshot_config(snapshot, path), overrides,
+                                                   f"{path} (its config record)")
+        network = InferenceNetwork(system_config, db_config, device).load(snapshot, path,
+                                                                         raw_weights)
+        return cls(network, system_config, db_config, **kwargs)
 
     @classmethod
     def from_config(cls, config: str, snapshot: int | str | None = None,
@@ -113,29 +157,25 @@ class Detector:
     @classmethod
     def from_state_dict(cls, path: str | Path, config: str,
                         config_dir: Path | None = CONFIG_DIR, device: str | None = None,
-                        **kwargs: Any) -> Detector:
+                        overrides: list[str] | None = None, **kwargs: Any) -> Detector:
         """From a plain state dict (an official CornerNet-Lite snapshot) and its config name."""
-        system_config, db_config = load_config(config, config_dir)
+        system_config, db_config = load_config(config, config_dir, overrides=overrides)
         network = InferenceNetwork.from_file(path, system_config, db_config, device)
         return cls(network, system_config, db_config, **kwargs)
 
     @classmethod
     def from_onnx(cls, path: str | Path, device: str | None = None,
                   config_dir: Path | None = CONFIG_DIR, runtime: str = "onnxruntime",
-                  precision: str = "f32", **kwargs: Any) -> Detector:
+                  precision: str = "f32", overrides: list[str] | None = None,
+                  **kwargs: Any) -> Detector:
         """From a file tools/export.py wrote, alone: its metadata holds the config (the whole
         resolved one since it is recorded; the config's name before). `runtime`:
-        "onnxruntime", or "openvino" (an .onnx or its IR, at `precision` "f32" or "default")."""
+        "onnxruntime", or "openvino" (an .onnx or its IR, at `precision` "f32" or "default");
+        `overrides` as --set (the test settings: the graph itself is fixed)."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no ONNX file {path}")
-        if runtime == "openvino":
-            from core.inference.openvino_runtime import model_metadata, read_model
-            meta = model_metadata(read_model(path))
-        else:
-            from core.inference.onnx_runtime import _ort, read_metadata
-            meta = read_metadata(_ort().InferenceSession(str(path),
-                                                         providers=["CPUExecutionProvider"]))
+        meta = _export_metadata(path, runtime)
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
                               "python tools/export.py (or cornernet export)")
@@ -147,6 +187,8 @@ class Detector:
                 {"format": SNAPSHOT_FORMAT, "config": record}, path)
         else:
             system_config, db_config = load_config(meta["config"], config_dir)
+        system_config, db_config = apply_overrides(system_config, db_config, overrides,
+                                                   f"{path} (its metadata)")
         if runtime == "openvino":
             from core.inference.openvino_runtime import OpenVinoNetwork
             network = OpenVinoNetwork(path, meta["config"], int(db_config["categories"]),
@@ -158,7 +200,9 @@ class Detector:
 
     # ------------------------------------------------------------------------- detection
     def detect(self, image: np.ndarray, source: str = "image", frame: int = 0) -> Result:
-        """The result of one (H, W, 3) uint8 BGR image."""
+        """The result of one (H, W, 3) uint8 BGR image (a gray or BGRA one is converted, see
+        `sources.as_image`)."""
+        image = as_image(image, source)
         found = self._inference(self.settings, self.network, image)
         rows = [(cls, row) for cls, boxes in sorted(found.items()) for row in boxes
                 if row[4] > self.thresh]
@@ -175,7 +219,7 @@ class Detector:
         """One `Result` per image or frame of `source`: a path, folder, glob, list, numpy
         image (H, W, 3) uint8 BGR or a list of them, a video file, a camera index or a stream
         URL. Read lazily; unreadable pictures are skipped (`frames_skipped` counts them)."""
-        self.frames_skipped: list[str] = []
+        self.frames_skipped = []
         for frame in frames(source):
             if frame.image is None:
                 self.frames_skipped.append(frame.error or frame.source)
@@ -184,3 +228,46 @@ class Detector:
 
     def __call__(self, source: Any) -> list[Result]:
         return list(self.predict(source))
+
+
+def _export_metadata(path: Path, runtime: str) -> dict[str, Any]:
+    """The export metadata of `path`; a file the runtime cannot read as a model is one line."""
+    try:
+        if runtime == "openvino":
+            from core.inference.openvino_runtime import model_metadata, read_model
+            return model_metadata(read_model(path))
+        from core.inference.onnx_runtime import _ort, read_metadata
+        return read_metadata(_ort().InferenceSession(str(path),
+                                                     providers=["CPUExecutionProvider"]))
+    except UsageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the runtime's own parse errors (InvalidProtobuf)
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise UsageError(f"{path}: not a model {runtime} can read ({type(err).__name__}: "
+                         f"{first}); name a file written by cornernet export "
+                         "(tools/export.py)") from None
+
+
+def open_detector(config: str | None = None, snapshot: Path | None = None,
+                  onnx: Path | None = None, testiter: int | str | None = None,
+                  runtime: str = "torch", precision: str = "f32", device: str | None = None,
+                  config_dir: Path | None = CONFIG_DIR, overrides: list[str] | None = None,
+                  thresh: float = DEFAULT_THRESH) -> Detector:
+    """The detector `cornernet predict` opens: a snapshot file alone (`snapshot`), an
+    exported file alone (`onnx` without `config`), or config `config`'s snapshot `testiter`
+    in `runtime`; `overrides` (--set) applied whichever it is."""
+    if snapshot is not None:
+        return Detector.from_snapshot(snapshot, device, overrides=overrides, thresh=thresh)
+    if config is None:
+        return Detector.from_onnx(onnx, device, config_dir, runtime, precision,
+                                  overrides=overrides, thresh=thresh)
+    from core.inference.runtimes import open_network
+    system_config, db_config = load_config(config, config_dir, overrides=overrides)
+    testiter = system_config.max_iter if testiter is None else testiter
+    if runtime == "torch":
+        require_snapshot(system_config, testiter, "pick --testiter")
+    network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter,
+                              device, onnx, precision=precision)
+    names, category_ids = class_table(system_config, db_config, strict=True)
+    return Detector(network, system_config, db_config, thresh=thresh, names=names,
+                    category_ids=category_ids)

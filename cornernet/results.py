@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from core.utils.vis import draw_detections
+
+
+def _finite(values: list) -> list:
+    """`values` (numbers or lists of them) with every NaN or infinity as None."""
+    return [_finite(v) if isinstance(v, list) else (v if math.isfinite(v) else None)
+            for v in values]
+
+
+def _nan(values: list) -> list:
+    """`values` with every None (a null of `to_json`) as NaN."""
+    return [_nan(v) if isinstance(v, list) else (math.nan if v is None else v) for v in values]
 
 
 @dataclass(eq=False)
@@ -48,21 +60,25 @@ class Result:
         return len(self.scores)
 
     def to_dict(self) -> dict:
+        """The fields as plain Python values; a number that is not finite (NaN, inf) is None,
+        as JSON has no such number."""
         return {"source": self.source, "frame": self.frame,
-                "boxes": self.boxes.tolist(), "scores": self.scores.tolist(),
+                "boxes": _finite(self.boxes.tolist()), "scores": _finite(self.scores.tolist()),
                 "classes": self.classes.tolist(), "names": list(self.names),
                 "category_ids": self.category_ids.tolist()}
 
     def to_json(self) -> str:
-        """One line of JSON: source, frame, boxes, scores, classes, names, category_ids."""
-        return json.dumps(self.to_dict())
+        """One line of valid JSON: source, frame, boxes, scores, classes, names, category_ids.
+        The rule for values JSON cannot hold: NaN and +-inf are written as null (and read back
+        by `from_json` as NaN)."""
+        return json.dumps(self.to_dict(), allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> Result:
         """The result `to_json` wrote (without the image); float32 values come back exactly."""
         data = json.loads(text)
-        return cls(boxes=np.asarray(data["boxes"], np.float32).reshape(-1, 4),
-                   scores=np.asarray(data["scores"], np.float32),
+        return cls(boxes=np.asarray(_nan(data["boxes"]), np.float32).reshape(-1, 4),
+                   scores=np.asarray(_nan(data["scores"]), np.float32),
                    classes=np.asarray(data["classes"], np.int64),
                    names=list(data["names"]),
                    category_ids=np.asarray(data["category_ids"], np.int64),

@@ -1,10 +1,13 @@
 """What `Detector.predict` reads: pictures, folders, globs, numpy images, videos, cameras and
 streams, one frame at a time.
 
-`frames(source)` yields `Frame`s lazily: a video or a stream is read frame by frame with
-OpenCV, so memory stays flat whatever its length. Unreadable pictures are skipped with a
-`Frame` whose `error` says why (the caller reports it); a source that does not exist is a
-UsageError.
+`frames(source)` yields `Frame`s lazily, one source after the other: a video or a stream is
+read frame by frame with OpenCV, so memory stays flat whatever its length. A picture, video,
+camera or stream that cannot be read is one `Frame` whose `error` says why (the caller counts
+and names it) and the next source is read. What a name is, is decided by what exists on disk
+first: a folder `2024/` is a folder, not camera 2024. An input named twice is read once. A name
+that is nothing (no file, folder, camera or stream, a glob matching nothing) is a UsageError,
+raised by `expand` before anything is read.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from core.utils.images import ImageReadError, read_image
 VIDEO_SUFFIXES = {".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv",
                   ".flv", ".gif"}
 STREAM_PREFIXES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
+# In an output folder: the names of the files `cornernet predict` wrote there, so that a folder
+# or glob that reaches them never reads them as inputs.
+DRAWN = ".demo-drawn"
 
 
 @dataclass
@@ -53,12 +59,18 @@ def is_video(path: Path) -> bool:
     return path.suffix.lower() in VIDEO_SUFFIXES
 
 
+def _unreadable(name: str, why: str) -> Frame:
+    return Frame(None, name, error=f"{name}: {why}")
+
+
 def read_video(target: str | int, name: str) -> Iterator[Frame]:
-    """The frames of a video file, camera index or stream URL, one at a time."""
+    """The frames of a video file, camera index or stream URL, one at a time; one that cannot
+    be opened, or gives no frame, is one `Frame` with its `error` (the next source is read)."""
     capture = cv2.VideoCapture(target)
-    if not capture.isOpened():
-        raise UsageError(f"{name}: cannot open it as a video, camera or stream")
     try:
+        if not capture.isOpened():
+            yield _unreadable(name, "cannot be opened as a video, camera or stream")
+            return
         fps = capture.get(cv2.CAP_PROP_FPS) or 25.0
         size = (int(capture.get(cv2.CAP_PROP_FRAME_WIDTH)),
                 int(capture.get(cv2.CAP_PROP_FRAME_HEIGHT)))
@@ -66,52 +78,127 @@ def read_video(target: str | int, name: str) -> Iterator[Frame]:
         while True:
             ok, image = capture.read()
             if not ok:
-                return
+                break
             yield Frame(image, name, index, video)
             index += 1
+        if index == 0:
+            yield _unreadable(name, "no frame of it could be read (a damaged or empty video)")
     finally:
         capture.release()
 
 
+def as_image(array: Any, name: str) -> np.ndarray:
+    """`array` as the (H, W, 3) uint8 BGR contiguous image the networks take: a gray (H, W) or
+    (H, W, 1) image and a BGRA (H, W, 4) one are converted, odd strides made contiguous; any
+    other shape or dtype is a UsageError naming it."""
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"{name}: expected a numpy image (H, W, 3) uint8 BGR, got "
+                         f"{type(array).__name__}")
+    if array.dtype != np.uint8:
+        raise UsageError(f"{name}: a numpy image must be uint8 (0..255, BGR), got dtype "
+                         f"{array.dtype}; convert it, e.g. with "
+                         "np.clip(image, 0, 255).astype(np.uint8)")
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.ndim == 2 or (array.ndim == 3 and array.shape[2] in (3, 4)):
+        if min(array.shape[:2]) == 0:
+            raise UsageError(f"{name}: an empty image of shape {array.shape}")
+        array = np.ascontiguousarray(array)
+        if array.ndim == 2:
+            return cv2.cvtColor(array, cv2.COLOR_GRAY2BGR)
+        return cv2.cvtColor(array, cv2.COLOR_BGRA2BGR) if array.shape[2] == 4 else array
+    raise UsageError(f"{name}: a numpy image must be (H, W, 3) BGR (or (H, W) gray, (H, W, 4) "
+                     f"BGRA), got shape {array.shape}")
+
+
+def drawn_here(folder: Path) -> set[Path]:
+    """The files that `cornernet predict` wrote into `folder` (its DRAWN list)."""
+    listing = folder / DRAWN
+    if not listing.is_file():
+        return set()
+    return {folder / name for name in listing.read_text().splitlines() if name}
+
+
 def _files(text: str) -> list[Path]:
-    """The files a path, folder or glob names (folders: their non-hidden files, sorted)."""
-    if any(char in text for char in "*?["):
+    """The files a path, folder or glob names (folders: their non-hidden files, sorted); in a
+    folder or a glob, the pictures a prediction run drew are left out."""
+    path = Path(text)
+    if path.is_file():  # a file named itself is read, whatever wrote it
+        return [path]
+    if path.is_dir():
+        found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    else:
         found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
         if not found:
             raise UsageError(f"{text}: the pattern matches no file")
-        return found
-    path = Path(text)
-    if path.is_dir():
-        return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    if path.is_file():
-        return [path]
+    drawn: set[Path] = set()
+    for folder in {p.parent for p in found}:
+        drawn |= drawn_here(folder)
+    return [p for p in found if p not in drawn]
+
+
+def _kind(text: str) -> str:
+    """What `text` names, decided first by what exists on disk: "path" (a file or folder), then
+    "stream" (a URL), "camera" (digits only), "glob"; a UsageError when it names nothing."""
+    if not text.strip():
+        raise UsageError("an empty source name: name a file, folder, glob, camera or stream")
+    if Path(text).exists():
+        return "path"
+    if is_stream(text):
+        return "stream"
+    if text.isdigit():
+        return "camera"
+    if any(char in text for char in "*?["):
+        return "glob"
     raise UsageError(f"{text}: no such file, folder, camera or stream")
 
 
+def _key(item: Any) -> Any:
+    """What makes two sources the same input (a path by its resolved location)."""
+    if isinstance(item, Path):
+        return ("path", item.resolve())
+    return None if isinstance(item, np.ndarray) else (type(item).__name__, item)
+
+
 def expand(source: Any) -> list[Any]:
-    """The single sources in `source`: a list is flattened, a folder or glob becomes its files,
-    a digit string becomes a camera index; numpy images, URLs and files stay as they are."""
+    """The single sources in `source`, each input once (the first time it is named): a list
+    is flattened, a folder or glob becomes its files, a digit string that names nothing on disk
+    a camera index; numpy images, URLs and files stay as they are."""
+    items = _expand(source)
+    seen: set[Any] = set()
+    unique = []
+    for item in items:
+        key = _key(item)
+        if key is None or key not in seen:
+            unique.append(item)
+            seen.add(key)
+    return unique
+
+
+def _expand(source: Any) -> list[Any]:
     if isinstance(source, (list, tuple)):
-        return [item for entry in source for item in expand(entry)]
-    if isinstance(source, (np.ndarray, int)):
+        return [item for entry in source for item in _expand(entry)]
+    if isinstance(source, np.ndarray) or (isinstance(source, int) and
+                                          not isinstance(source, bool)):
         return [source]
+    if not isinstance(source, (str, Path)):
+        raise UsageError(f"source {source!r}: expected a path, folder, glob, URL, camera index "
+                         f"or numpy image, got {type(source).__name__}")
     text = str(source)
-    if text.isdigit():
+    kind = _kind(text)
+    if kind == "camera":
         return [int(text)]
-    if is_stream(text):
-        return [text]
-    return _files(text)
+    return [text] if kind == "stream" else _files(text)
 
 
 def frames(source: Any) -> Iterator[Frame]:
-    """Every image of `source` (see `expand`) as a `Frame`, lazily."""
+    """Every image of `source` (see `expand`) as a `Frame`, lazily, one source after the
+    other: a picture or video that cannot be read is a `Frame` with its `error`, never an
+    exception, so that the sources after it are read."""
     arrays = 0
     for item in expand(source):
         if isinstance(item, np.ndarray):
-            if item.ndim != 3 or item.shape[2] != 3 or item.dtype != np.uint8:
-                raise UsageError(f"a numpy image must be (H, W, 3) uint8 BGR, got "
-                                 f"{item.shape} {item.dtype}")
-            yield Frame(item, f"array {arrays}")
+            yield Frame(as_image(item, f"array {arrays}"), f"array {arrays}")
             arrays += 1
         elif isinstance(item, int):
             yield from read_video(item, f"camera {item}")

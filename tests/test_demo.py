@@ -66,15 +66,18 @@ def test_out_equal_to_the_input_folder_twice_never_draws_on_its_own_pictures(tin
     folder = photos(coco128, tiny_coco / "mine")
     first = demo(tiny_coco, "--images", folder, "--out", folder)
     assert first.returncode == 0, first.stderr
-    pictures = {name: (folder / name).read_bytes() for name in ("000000000529-2.jpg",
-                                                                "000000000531-2.jpg")}
-    again = demo(tiny_coco, "--images", folder, "--out", folder)
+    kept = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".demo-drawn"}
+    refused = demo(tiny_coco, "--images", folder, "--out", folder)
+    assert refused.returncode == 2 and "--exist-ok" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    again = demo(tiny_coco, "--images", folder, "--out", folder, "--exist-ok")
     assert again.returncode == 0, again.stderr
     assert "drew 2 of 2 inputs" in again.stdout  # the two photos, not the earlier outputs
     assert sorted(p.name for p in folder.iterdir()) == [
-        ".demo-drawn", "000000000529-2.jpg", "000000000529.jpg", "000000000531-2.jpg",
-        "000000000531.jpg", "detections.jsonl"]
-    assert {name: (folder / name).read_bytes() for name in pictures} == pictures
+        ".demo-drawn", "000000000529-2.jpg", "000000000529-3.jpg", "000000000529.jpg",
+        "000000000531-2.jpg", "000000000531-3.jpg", "000000000531.jpg", "detections-2.jsonl",
+        "detections.jsonl"]
+    assert {name: (folder / name).read_bytes() for name in kept} == kept  # nothing written over
 
 
 def test_same_stem_inputs_get_their_own_pictures(tiny_coco, coco128):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from _train_helpers import run_train, write_config
 from test_faults import one_line_error
@@ -14,7 +17,8 @@ from core.utils.peers import heartbeat_timeout
 def test_unset_variables_take_their_defaults():
     assert env.check_environment({}) == {"CORNERNET_HEARTBEAT_S": 60.0,
                                          "CORNERNET_RENDEZVOUS_S": 600.0,
-                                         "CORNERNET_DEBUG": False}
+                                         "CORNERNET_DEBUG": False, "CORNERNET_TRACKERS": "",
+                                         "CORNERNET_DATA": "", "CORNERNET_EXPORT_ALL": ""}
 
 
 def test_values_are_parsed_as_their_kind():
@@ -42,7 +46,9 @@ def test_a_flag_that_is_no_flag_is_one_line():
 
 
 @pytest.mark.parametrize("typo, meant", [("CORNERNET_HEARTBEAT", "CORNERNET_HEARTBEAT_S"),
-                                         ("CORNERNET_RENDEZVOUS_SEC", "CORNERNET_RENDEZVOUS_S")])
+                                         ("CORNERNET_RENDEZVOUS_SEC", "CORNERNET_RENDEZVOUS_S"),
+                                         ("CORNERNET_TRACKER", "CORNERNET_TRACKERS"),
+                                         ("CORNERNET_DAT", "CORNERNET_DATA")])
 def test_a_misspelt_variable_is_refused_with_the_one_it_resembles(typo, meant):
     with pytest.raises(ConfigError, match=f"{typo} is not a setting of this project; did you "
                                           f"mean {meant}\\?"):
@@ -66,3 +72,24 @@ def test_train_with_a_wrong_heartbeat_is_one_line_at_start(tmp_path, coco128, te
     one_line_error(result, f"CORNERNET_HEARTBEAT_S='{text}'", "greater than 0")
     assert "iteration 1" not in result.stdout and "rank 0 stopped answering" not in result.stderr
     assert not (tmp_path / "cache" / "nnet").exists()
+
+
+def test_every_variable_the_code_reads_is_declared():
+    """The near-miss check knows only declared names: a name read anywhere in the code, the
+    scripts, the tools or the benchmarks and missing from VARIABLES would let its typos pass."""
+    root = Path(__file__).resolve().parents[1]
+    files = [*root.glob("*.py"), *(p for folder in ("core", "cornernet", "tools", "bench")
+                                   for p in (root / folder).rglob("*.py")),
+             *(root / "bench").glob("*.sh")]
+    read = {name for path in files
+            for name in re.findall(r"\bCORNERNET_[A-Z][A-Z0-9_]*", path.read_text())}
+    assert "CORNERNET_TRACKERS" in read and read <= set(env.VARIABLES), read - set(env.VARIABLES)
+
+
+def test_a_misspelt_variable_stops_every_command_in_one_line(tmp_path):
+    """run_cli checks the environment before a command's work: predict, not only train."""
+    from _tiny_coco import inproc
+    done = inproc("demo.py", "--snapshot", tmp_path / "none.pkl", "--images", tmp_path,
+                  "--out", tmp_path / "out", CORNERNET_TRACKER="mlflow")
+    one_line_error(done, "CORNERNET_TRACKER is not a setting", "did you mean CORNERNET_TRACKERS")
+    assert not (tmp_path / "out").exists()

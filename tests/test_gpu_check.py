@@ -13,10 +13,10 @@ import pytest
 import torch
 from _inproc import run_script
 
-from bench import _shared
+from bench import _rehearsal, _shared
 from bench._plan import Context, bench, deploy_gpu
 from bench._steps import Steps
-from bench.gpu_check import CONFIGS, REPO, select, write_configs
+from bench.gpu_check import CONFIGS, REPO, parse_args, select, write_configs
 from core.config import load_config
 from core.dbs import datasets
 
@@ -139,7 +139,7 @@ def test_bench_rows_become_table_rows_from_30_timed_iterations(tmp_path, coco128
     ctx = Context(steps=steps, py="python", device="cuda", root=tmp_path, coco128=coco128,
                   backend="faster", gpus=1, tiny=False, configs=tmp_path,
                   workers=dict.fromkeys(CONFIGS, 8), write_configs=write_configs)
-    bench("CornerNet_Squeeze", ("bf16+cl", "fp32"))(ctx)
+    bench("CornerNet_Squeeze", ("bf16+cl", "fp32"), 67)(ctx)
     assert steps.cmd[steps.cmd.index("--iters") + 1] == "30"
     assert [row[:2] for row in steps.rows[1:]] == [
         ("  CornerNet_Squeeze bf16+cl, batch 16", "ok"),
@@ -181,14 +181,90 @@ def test_the_deploy_rows_become_table_rows_at_batch_1_and_8(tmp_path, coco128):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128):
-    """The whole run at CPU sizes under its budget (bench/_rehearsal.py checks the log, the
-    rows, the table before the deadline and 'not scored'). Its time is printed, not asserted:
-    how much the budget refuses depends on the machine's speed and load."""
-    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128, tmp_path):
+    """The whole run at CPU sizes under the budget asked, with the GPU machine's packages (no
+    pytest-xdist, no COCO evaluator, the package not installed, no ../shared): bench/_rehearsal.py
+    checks the log, the rows, the CUDA tests' pytest summary, the table before the deadline and
+    'not scored'. Its time is printed, not asserted: how much the budget refuses depends on the
+    machine's speed and load."""
+    log = tmp_path / "out" / "rehearsal.log"
+    done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse", "--budget", "90",
+                           "--log", str(log)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "rehearsal passed" in done.stdout
+    assert "rehearsal passed" in done.stdout and "(budget 90 s)" in done.stdout
+    text = log.read_text()
+    assert "budget: 90.0 s;" in text and "| CUDA tests | ok |" in text
+
+
+@pytest.mark.parametrize("budget", ["nan", "inf", "-1", "0"])
+def test_a_budget_that_cannot_be_right_is_refused(budget, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        parse_args(["--rehearse", "--budget", budget])
+    assert stopped.value.code == 2
+    assert "--budget must be a finite number of seconds greater than 0" in capsys.readouterr().err
+
+
+def test_the_rehearsal_runs_gpu_check_with_its_budget_log_and_the_gpu_machines_packages(
+        coco128, tmp_path, monkeypatch, capsys):
+    """What the rehearsal starts (the run itself is the slow test's): --budget and --log as
+    asked, PYTHONPATH holding only the blocking folder (no checkout, as on the GPU machine),
+    pytest told not to load xdist, and each blocked package failing to import."""
+    started = {}
+    real_run = subprocess.run
+
+    def run(cmd, **kwargs):
+        if cmd[0] == "git":
+            return real_run(cmd, **kwargs)
+        started.update(cmd=cmd, env=kwargs["env"])
+        probe = "import importlib, sys\nfor name in sys.argv[1:]:\n" \
+            "    try:\n        importlib.import_module(name); print(name, 'imported')\n" \
+            "    except ImportError:\n        print(name, 'blocked')\n"
+        started["imports"] = real_run([sys.executable, "-c", probe, *_rehearsal.BLOCKED],
+                                      cwd=tmp_path, env=kwargs["env"], capture_output=True,
+                                      text=True, check=False).stdout
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    scratch = tmp_path / "scratch"  # kept by a failed rehearsal: here, pytest's own folder
+    monkeypatch.setattr(_rehearsal.tempfile, "mkdtemp", lambda prefix: scratch.mkdir() or scratch)
+    log = tmp_path / "asked.log"
+    assert _rehearsal.rehearse(REPO, 60.0, log) == 1  # nothing ran: the checks fail
+    cmd, env = started["cmd"], started["env"]
+    assert cmd[cmd.index("--budget") + 1] == "60" and cmd[cmd.index("--log") + 1] == str(log)
+    assert "(budget 60 s)" in capsys.readouterr().out
+    assert len(env["PYTHONPATH"].split(":")) == 1 and env["PYTHONPATH"].endswith("blocked")
+    assert _shared.ENV not in env and "-p no:xdist" in env["PYTEST_ADDOPTS"]
+    assert started["imports"].split() == [word for name in _rehearsal.BLOCKED
+                                          for word in (name, "blocked")]
+
+
+def test_the_rehearsal_wants_pytests_own_summary_from_the_cuda_tests():
+    rows = ["| CUDA tests | ok | 3 | {} |", "| train CornerNet_Squeeze | ok | 9 | fine |",
+            "| test.py CornerNet_Squeeze | ok | 5 | not scored: no evaluator; 1 images in 2 s |"]
+    refused = "\n".join(rows).format("ERROR: usage: __main__.py [options] unrecognized arguments")
+    summary = "\n".join(rows).format("4 skipped in 1.20s")
+    assert any("pytest's own summary" in line
+               for line in _rehearsal._row_problems("", refused.splitlines()))
+    assert _rehearsal._row_problems("", summary.splitlines()) == []
+
+
+def test_every_step_imports_this_checkout_without_pythonpath_or_an_install(tmp_path,
+                                                                           monkeypatch):
+    """A step's script outside the repository's root (bench/bench_deploy.py) finds `core` in
+    the checkout, even where the package is not installed (blocked here) and PYTHONPATH is
+    unset, as on the GPU machine."""
+    blocked = tmp_path / "blocked" / "core"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text("raise ImportError('not installed')\n")
+    probe = tmp_path / "probe.py"
+    probe.write_text("import core\nprint(core.__file__)\n")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    steps = Steps(tmp_path)
+    output = steps.run("probe", [sys.executable, probe], timeout=60, need=0,
+                       env={"PYTHONPATH": str(tmp_path / "blocked")})
+    assert output is not None, steps.rows
+    assert Path(output.strip()) == REPO / "core" / "__init__.py"
 
 
 @pytest.mark.slow

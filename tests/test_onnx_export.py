@@ -264,3 +264,23 @@ def test_an_input_larger_than_the_scan_covers_is_refused(exported):
     with pytest.raises(UsageError, match=r"exact for inputs up to 96 pixels a side, not "
                                          r"\(1, 3, 95, 127\).*larger --max-map"):
         network.test(torch.zeros(1, 3, 95, 127), **settings)
+
+
+def test_set_with_an_onnx_file_alone_is_used_and_a_bogus_key_is_one_line(exported, coco128):
+    """--set goes through the one path that opens a detector, an exported file's too: the
+    export records test_scales [0.25]; [0.5] changes the detections, a bogus key is refused."""
+    root, _ = exported
+    onnx_file = root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx"
+    texts = {}
+    for label, sets in (("plain", []), ("half", ["--set", "db.test_scales=[0.5]"])):
+        done = inproc("demo.py", "--onnx", onnx_file, "--runtime", "onnxruntime", "--device",
+                      "cpu", "--thresh", 0, "--images", coco128 / "images" / IMAGE,
+                      "--out", root / f"set-{label}", *sets)
+        assert done.returncode == 0, done.stderr
+        texts[label] = (root / f"set-{label}" / "detections.jsonl").read_text()
+    assert texts["plain"] != texts["half"]
+    done = inproc("demo.py", "--onnx", onnx_file, "--runtime", "onnxruntime", "--images",
+                  coco128 / "images" / IMAGE, "--out", root / "set-bogus",
+                  "--set", "db.bogus_key=1")
+    assert done.returncode == 2 and "--set db.bogus_key=1: unknown key" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

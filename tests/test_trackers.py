@@ -12,7 +12,7 @@ import pytest
 from _train_helpers import REPO, write_config
 
 from core.engine.curves import NO_MATPLOTLIB
-from core.engine.trackers import wanted
+from core.engine.trackers import read_run_ids, wanted
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORT = ("metrics.png", "pr_curves.png", "per_class_ap.png", "confusion_matrix.png")
@@ -149,3 +149,42 @@ def test_trackers_by_config_or_environment():
     assert wanted({"trackers": None}, {"CORNERNET_TRACKERS": "wandb, mlflow"}) == [
         "mlflow", "wandb"]
     assert wanted({}, {}) == []
+
+
+@pytest.mark.parametrize("text", ['{"mlflow": "abc', "not json at all", "[1, 2]",
+                                  '{"mlflow": 3}'])
+def test_a_damaged_run_ids_file_is_set_aside_and_named(tmp_path, text):
+    path = tmp_path / "trackers.json"
+    path.write_text(text)
+    heard = []
+    assert read_run_ids(path, heard.append) == {}
+    assert not path.exists() and (tmp_path / "trackers.aside1.json").read_text() == text
+    assert len(heard) == 1 and "trackers.aside1.json" in heard[0] and str(path) in heard[0]
+    path.write_text(text)  # a second one takes the next free name, the first is kept
+    read_run_ids(path, heard.append)
+    assert (tmp_path / "trackers.aside2.json").read_text() == text
+    path.write_text('{"mlflow": "0123abc"}')
+    assert read_run_ids(path, heard.append) == {"mlflow": "0123abc"} and len(heard) == 2
+
+
+@pytest.mark.slow  # a short run and its resume in-process, with an MLflow file store: ~10 s
+def test_a_resume_with_a_damaged_trackers_json_goes_on_with_a_warning(coco128, tmp_path,
+                                                                     monkeypatch, capsys):
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    folder = write_config(tmp_path, coco128, max_iter=2, val_iter=0, batch_pictures=False,
+                          trackers=["mlflow"], mlflow_uri=(tmp_path / "mlruns").as_uri())
+    assert _run(folder) == 0
+    run_folder = tmp_path / "cache" / "nnet" / "Tiny128"
+    (run_folder / "trackers.json").write_text('{"mlflow": "a1b2')  # cut short by a full disk
+    config = json.loads((folder / "Tiny128.json").read_text())
+    config["system"]["max_iter"] = 3
+    (folder / "Tiny128.json").write_text(json.dumps(config))
+    capsys.readouterr()
+    assert _run(folder, "--iter", "2") == 0
+    out = capsys.readouterr().out
+    assert "trackers.aside1.json" in out and "warning:" in out
+    assert (run_folder / "trackers.aside1.json").read_text() == '{"mlflow": "a1b2'
+    assert set(json.loads((run_folder / "trackers.json").read_text())) == {"mlflow"}
+    assert max(json.loads(line)["iteration"]
+               for line in (run_folder / "metrics.jsonl").read_text().splitlines()) == 3

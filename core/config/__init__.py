@@ -11,6 +11,7 @@ from .system import (
     CONFIG_DIR,
     PROJECT_ROOT,
     SystemConfig,
+    apply_overrides,
     check_db_config,
     config_dirs,
     config_path,
@@ -19,5 +20,5 @@ from .system import (
 )
 
 __all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "DatasetSettings", "SystemConfig",
-           "add_set_arg", "check_db_config", "closest", "config_dirs", "config_path",
-           "load_config", "lookup", "parse_overrides", "read_json", "snapshot_arg"]
+           "add_set_arg", "apply_overrides", "check_db_config", "closest", "config_dirs",
+           "config_path", "load_config", "lookup", "parse_overrides", "read_json", "snapshot_arg"]

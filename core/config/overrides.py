@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from ..errors import ConfigError, closest
+from ..errors import ConfigError, UsageError, closest
 
 SECTIONS = ("system", "db")
 
@@ -38,6 +38,9 @@ def _value(text: str) -> Any:
 def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[str, dict]:
     """{"system": {...}, "db": {...}} of `items` ("KEY=VALUE"); keys must be in `schemas`
     ({section: {key: ...}}), which is how a typo is found before anything runs."""
+    if isinstance(items, str) or not all(isinstance(item, str) for item in items or []):
+        raise UsageError(f"overrides {items!r}: expected a list of 'KEY=VALUE' texts, as "
+                          "--set takes them, e.g. ['db.test_scales=[0.5]']")
     found: dict[str, dict] = {section: {} for section in SECTIONS}
     valid = [f"{section}.{key}" for section in SECTIONS for key in schemas[section]]
     for item in items or []:

@@ -400,6 +400,20 @@ def _merged(section: Any, changes: dict) -> Any:
     return {**section, **changes} if isinstance(section, dict) else section
 
 
+def apply_overrides(system: SystemConfig, db: dict, overrides: list[str] | None,
+                    where: str) -> tuple[SystemConfig, dict]:
+    """`system` and `db` (a config already read: a snapshot's or an export's record) with the
+    `--set` `overrides` applied and checked as a config file's values are (as `load_config`
+    applies them to a file); `where` names the config in errors."""
+    if not overrides:
+        return system, db
+    changes = parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": _DB_SCHEMA})
+    _check("db", _DB_SCHEMA, changes["db"], "--set")
+    where = f"{where} with --set"
+    return (system.update_config(changes["system"], where),
+            check_db_config({**db, **changes["db"]}, where))
+
+
 def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
                 root_dir: Path | None = None,
                 overrides: list[str] | None = None) -> tuple[SystemConfig, dict]:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import RunFailure, Stopped, UserMistake
+from ..utils.env import check_environment
 from .stop import StopRequest
 
 USER_MISTAKES = (UserMistake, FileNotFoundError)
@@ -89,6 +90,7 @@ def run_cli(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = 
     StopRequest(at_once=True)
     try:
         try:
+            check_environment()  # a misspelt CORNERNET_* name or a wrong value, before any work
             main()
             status = 0
         except Stopped as stop:

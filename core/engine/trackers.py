@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..utils.env import setting
+
 TRACKERS = ("mlflow", "wandb")
 RUN_IDS = "trackers.json"
 PARAM_CHUNK = 100  # MLflow takes at most 100 parameters a call
@@ -27,9 +29,8 @@ PARAM_CHUNK = 100  # MLflow takes at most 100 parameters a call
 
 def wanted(system: Mapping[str, Any], env: Mapping[str, str] | None = None) -> list[str]:
     """The trackers asked for by the config and CORNERNET_TRACKERS, in TRACKERS order."""
-    env = os.environ if env is None else env
     names = set(system.get("trackers") or [])
-    names |= {n.strip() for n in env.get("CORNERNET_TRACKERS", "").split(",") if n.strip()}
+    names |= {n.strip() for n in str(setting("CORNERNET_TRACKERS", env)).split(",") if n.strip()}
     return sorted(names, key=lambda n: (TRACKERS.index(n) if n in TRACKERS else 99, n))
 
 
@@ -162,6 +163,30 @@ def warning(name: str, what: str, err: BaseException) -> str:
             f"without it")
 
 
+def read_run_ids(path: Path, log: Callable[[str], None]) -> dict[str, str]:
+    """The tracked runs' ids that `path` (trackers.json) keeps, {} when there is none. A damaged
+    one (cut short, not JSON, not {tracker: id}) is read as a damaged snapshot is: moved aside
+    to trackers.aside<k>.json (k the first free number), named in a warning, and the run goes
+    on with new tracked runs; nothing is deleted."""
+    if not path.is_file():
+        return {}
+    try:
+        ids = json.loads(path.read_text())
+        if isinstance(ids, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                         for k, v in ids.items()):
+            return ids
+        why = f"not a {{tracker: run id}} object but {type(ids).__name__}"
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        why = f"{type(err).__name__}: {err}"
+    k = 1
+    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(aside)
+    log(f"warning: {path} cannot be read ({why}); moved aside to {aside.name}, and the "
+        f"trackers start new runs (the earlier runs' ids may be in {aside.name})")
+    return {}
+
+
 def open_trackers(system: Mapping[str, Any], db: Mapping[str, Any], folder: Path, start: int,
                   log: Callable[[str], None], enabled: bool = True) -> list[Tracker]:
     """The trackers asked for, each opened or said in one warning. `folder`: the snapshot
@@ -170,7 +195,7 @@ def open_trackers(system: Mapping[str, Any], db: Mapping[str, Any], folder: Path
     if not names:
         return []
     ids_file = folder / RUN_IDS
-    ids = json.loads(ids_file.read_text()) if start > 0 and ids_file.is_file() else {}
+    ids = read_run_ids(ids_file, log) if start > 0 else {}
     params = flat({"system": system, "db": db})
     opened: list[Tracker] = []
     for name in names:

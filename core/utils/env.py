@@ -2,11 +2,13 @@
 
 Every `CORNERNET_*` variable the code reads is declared in `VARIABLES` with its kind, default
 and meaning; `setting(name)` is how the code reads one, and `check_environment()` reads them all
-at start (train.py's launcher, before any process or thread), so a value that cannot be right
-(`CORNERNET_HEARTBEAT_S=abc`, `-1`, `nan`) is one line naming the variable before anything
-runs, never a traceback in a watch thread or a false "rank 0 stopped answering" later. An
-unknown `CORNERNET_*` name close to a known one (a typo) is refused the same way: it would be
-ignored without a word. Other `CORNERNET_*` names (the tests' own switches) are left alone.
+at start (every command, through `core.engine.cli.run_cli`, and train.py's launcher again
+before any process or thread), so a value that cannot be right (`CORNERNET_HEARTBEAT_S=abc`,
+`-1`, `nan`) is one line naming the variable before anything runs, never a traceback in a watch
+thread or a false "rank 0 stopped answering" later. An unknown `CORNERNET_*` name close to a
+known one (a typo: TRACKER for TRACKERS) is refused the same way: it would be ignored without a
+word. Every name the code, the benchmarks and the tests read is declared here (a test reads the
+sources to keep it so); other `CORNERNET_*` names, far from all of them, are left alone.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ FALSE = ("", "0", "false", "no", "off")
 
 @dataclass(frozen=True)
 class Variable:
-    kind: str  # "seconds" (a finite number > 0) or "flag" (TRUE or FALSE words)
-    default: float | bool
+    kind: str  # "seconds" (a finite number > 0), "flag" (TRUE or FALSE words) or "text"
+    default: float | bool | str
     meaning: str
 
 
@@ -37,11 +39,19 @@ VARIABLES = {
     "CORNERNET_RENDEZVOUS_S": Variable(
         "seconds", 600.0, "how long the ranks of a run wait for each other at start"),
     "CORNERNET_DEBUG": Variable("flag", False, "tracebacks with every error"),
+    "CORNERNET_TRACKERS": Variable(
+        "text", "", "trackers to turn on besides system.trackers, e.g. mlflow,wandb"),
+    "CORNERNET_DATA": Variable(
+        "text", "", "the folder holding data/coco128 and reference/ (tests and benchmarks)"),
+    "CORNERNET_EXPORT_ALL": Variable(
+        "text", "", "1: the tests export every config, not only CornerNet_Tiny"),
 }
 
 
-def _parse(name: str, text: str) -> float | bool:
+def _parse(name: str, text: str) -> float | bool | str:
     variable = VARIABLES[name]
+    if variable.kind == "text":
+        return text
     if variable.kind == "flag":
         if text.strip().lower() in TRUE + FALSE:
             return text.strip().lower() in TRUE
@@ -58,7 +68,7 @@ def _parse(name: str, text: str) -> float | bool:
     return value
 
 
-def setting(name: str, env: Mapping[str, str] | None = None) -> float | bool:
+def setting(name: str, env: Mapping[str, str] | None = None) -> float | bool | str:
     """The value of variable `name` (declared in VARIABLES): its default when unset, a
     ConfigError naming it when its text cannot be right."""
     env = os.environ if env is None else env
@@ -66,7 +76,7 @@ def setting(name: str, env: Mapping[str, str] | None = None) -> float | bool:
     return VARIABLES[name].default if text is None else _parse(name, text)
 
 
-def check_environment(env: Mapping[str, str] | None = None) -> dict[str, float | bool]:
+def check_environment(env: Mapping[str, str] | None = None) -> dict[str, float | bool | str]:
     """Every declared variable, parsed; the first wrong value or near-miss name is a
     ConfigError (one line)."""
     env = os.environ if env is None else env

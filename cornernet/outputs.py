@@ -1,0 +1,123 @@
+"""Where a prediction run writes: a folder of its own, and in it names that are never taken.
+
+`run_folder(None)` is the first of `runs/predict`, `runs/predict2`, ... that does not exist yet
+(or is empty), so that a run never writes over an earlier one's outputs. A folder the user names
+with --out that holds an earlier run's outputs (its DRAWN list or a detections*.jsonl) is
+refused in one line, unless `exist_ok` (--exist-ok): then the run adds to it, and every file it
+writes takes a name no file in the folder has (`x-2.jpg`, `detections-2.jsonl`), so that even
+then nothing is written over.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import cv2
+
+from core.errors import UsageError
+from core.utils.files import StorageError
+
+from .sources import DRAWN, is_video
+
+JSON_LINES = "detections.jsonl"
+RUNS = Path("runs") / "predict"
+
+
+def earlier_outputs(folder: Path) -> list[str]:
+    """The names of an earlier prediction run's outputs in `folder` (empty when none)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name == DRAWN or (p.name.startswith("detections")
+                                         and p.suffix == ".jsonl"))
+
+
+def run_folder(out: Path | None, exist_ok: bool = False, runs: Path = RUNS) -> Path:
+    """The folder a prediction run writes into: `out`, refused when it holds an earlier run's
+    outputs unless `exist_ok`; without `out`, the first of `runs`, `runs`2, `runs`3, ... that
+    does not exist or is empty."""
+    if out is not None:
+        found = earlier_outputs(out)
+        if found and not exist_ok:
+            raise UsageError(f"--out {out} holds an earlier run's outputs ({', '.join(found)}): "
+                             "name a new folder, leave --out out (runs/predict, "
+                             "runs/predict2, ...), or add --exist-ok to add to it (nothing in "
+                             "it is written over)")
+        return out
+    number = 1
+    while True:
+        folder = runs if number == 1 else runs.with_name(f"{runs.name}{number}")
+        if not folder.exists() or (folder.is_dir() and not any(folder.iterdir())):
+            return folder
+        number += 1
+
+
+def _free(folder: Path, name: str, ext: str, taken: set[Path]) -> Path:
+    """`folder/name.ext`, or `name-2.ext`, `name-3.ext`, ... : the first not in `taken` and
+    not on disk; it is added to `taken`."""
+    candidate, number = folder / f"{name}{ext}", 1
+    while candidate.resolve() in taken or candidate.exists():
+        number += 1
+        candidate = folder / f"{name}-{number}{ext}"
+    taken.add(candidate.resolve())
+    return candidate
+
+
+def output_files(inputs: list[Path], out_dir: Path, taken: set[Path] | None = None) -> list[Path]:
+    """One distinct new file in `out_dir` per input, none of them an input or a file already
+    there: `<stem>.jpg` for a picture, `<stem>.mp4` for a video, or `<stem>_<extension>.<ext>`
+    when inputs share a stem (x.jpg, x.png), with `-2`, `-3`, ... when they still collide (x.jpg
+    in two folders, or an x.jpg already in `out_dir`)."""
+    stems = Counter(path.stem for path in inputs)
+    taken = {path.resolve() for path in inputs} if taken is None else taken
+    taken |= {path.resolve() for path in inputs}
+    outputs = []
+    for path in inputs:
+        name = path.stem if stems[path.stem] == 1 else f"{path.stem}_{path.suffix.lstrip('.')}"
+        outputs.append(_free(out_dir, name, ".mp4" if is_video(path) else ".jpg", taken))
+    return outputs
+
+
+class Outputs:
+    """The files a run writes: pictures, one video per video source, the JSON lines; each under
+    a name that no input and no file already in the folder has."""
+
+    def __init__(self, out_dir: Path, sources: list[Any]) -> None:
+        files = [s for s in sources if isinstance(s, Path)]
+        self.taken: set[Path] = set()
+        self.paths = dict(zip(map(str, files), output_files(files, out_dir, self.taken)))
+        self.json_path = _free(out_dir, "detections", ".jsonl", self.taken)
+        self.out_dir, self.json = out_dir, open(self.json_path, "w")  # noqa: SIM115 - closed by close()
+        self.writer: Any = None
+        self.video_path: Path | None = None
+        self.streams = 0
+
+    def video(self, source: str, fps: float, size: tuple[int, int]) -> Any:
+        if self.writer is None:
+            path = self.paths.get(source)
+            if path is None:  # a camera or a stream
+                self.streams += 1
+                path = _free(self.out_dir, f"{source.split(':')[0].replace(' ', '')}-"
+                             f"{self.streams}", ".mp4", self.taken)
+            self.writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+            if not self.writer.isOpened():
+                raise StorageError(f"cannot write the video {path} (OpenCV's mp4v writer)")
+            self.video_path = path
+        return self.writer
+
+    def end_video(self) -> Path | None:
+        path, self.video_path = self.video_path, None
+        if self.writer is not None:
+            self.writer.release()
+            self.writer = None
+        return path
+
+    def close(self, written: list[Path]) -> None:
+        """Close the files and add the names written to the folder's DRAWN list (never taken
+        for inputs by a later run)."""
+        self.end_video()
+        self.json.close()
+        with open(self.out_dir / DRAWN, "a") as listing:
+            listing.writelines(f"{path.name}\n" for path in (*written, self.json_path))

@@ -1,0 +1,263 @@
+"""Prediction at the front door: one bad source never stops a run, no output is written over,
+no setting is ignored, and the API checks its arguments when the object is made.
+
+Sources and outputs are checked without a model where they can be; the runs are demo.py in the
+test process (`run_script`) on CocoTiny's untrained snapshot at 128 px."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from _inproc import run_script
+from _tiny_coco import make_tiny_coco
+from test_faults import one_line_error
+
+from core.errors import UsageError
+from core.utils.images import read_image
+from cornernet import Detector, Result
+from cornernet.detector import DEFAULT_THRESH
+from cornernet.outputs import run_folder
+from cornernet.sources import expand, frames
+
+PHOTOS = ("000000000529.jpg", "000000000531.jpg")
+
+
+@pytest.fixture(scope="module")
+def tiny(coco128, tmp_path_factory):
+    return make_tiny_coco(coco128, tmp_path_factory.mktemp("trust"))
+
+
+def snapshot_of(root):
+    return root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.pkl"
+
+
+def photos(coco128, folder, names=PHOTOS):
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        shutil.copy(coco128 / "images" / name, folder / name)
+    return folder
+
+
+def predict(tiny, *args, cwd=None):
+    """`cornernet predict --snapshot <CocoTiny> --thresh 0 ...` in this process."""
+    return run_script("demo.py", "--snapshot", snapshot_of(tiny), "--thresh", 0.0,
+                      "--device", "cpu", *args, cwd=cwd)
+
+
+# ----------------------------------------------------------------------------- sources
+def test_a_broken_video_first_in_a_folder_is_one_named_error_and_the_pictures_follow(
+        coco128, tmp_path):
+    folder = photos(coco128, tmp_path / "shots")
+    (folder / "-broken.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42 cut short")
+    got = list(frames(folder))
+    assert [(Path(f.source).name, f.image is None) for f in got] == [
+        ("-broken.mp4", True), (PHOTOS[0], False), (PHOTOS[1], False)]
+    assert "-broken.mp4" in got[0].error
+
+
+def test_a_digits_only_folder_is_a_folder_not_a_camera(coco128, tmp_path, monkeypatch):
+    photos(coco128, tmp_path / "2024")
+    monkeypatch.chdir(tmp_path)
+    assert [p.name for p in expand("2024")] == list(PHOTOS)
+    assert expand("7") == [7]  # nothing named 7 here: camera 7
+
+
+def test_an_input_named_twice_is_read_once(coco128, tmp_path, monkeypatch):
+    folder = photos(coco128, tmp_path / "shots")
+    monkeypatch.chdir(tmp_path)
+    one = folder / PHOTOS[0]
+    got = expand([str(one), "shots/" + PHOTOS[0], one, "shots", str(tmp_path / "shots/*.jpg")])
+    assert got == [one, Path("shots") / PHOTOS[1]]  # the first time each is named
+
+
+def test_a_source_that_is_nothing_is_one_line_before_any_reading(tmp_path):
+    with pytest.raises(UsageError, match="no such file, folder, camera or stream"):
+        expand([tmp_path, str(tmp_path / "missing.jpg")])
+    with pytest.raises(UsageError, match="expected a path"):
+        expand(3.5)
+
+
+def test_a_broken_video_among_pictures_is_named_and_the_pictures_are_drawn(tiny, coco128,
+                                                                          tmp_path):
+    folder = photos(coco128, tmp_path / "shots")
+    broken = folder / "-broken.mp4"
+    broken.write_bytes(b"\x00\x00\x00\x18ftypmp42 cut short")
+    done = predict(tiny, "--images", folder, folder / PHOTOS[0], "--out", tmp_path / "out")
+    assert done.returncode == 0, done.stderr
+    assert "drew 2 of 3 inputs" in done.stdout and f"unreadable: {broken}" in done.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        ".demo-drawn", *PHOTOS, "detections.jsonl"]  # the photo named twice: drawn once
+    assert len((tmp_path / "out" / "detections.jsonl").read_text().splitlines()) == 2
+
+
+def test_nothing_readable_fails_and_names_each_source(tiny, tmp_path):
+    (tmp_path / "a.mp4").write_bytes(b"not a video")
+    (tmp_path / "b.jpg").write_bytes(b"not a picture")
+    done = predict(tiny, "--images", tmp_path / "a.mp4", tmp_path / "b.jpg",
+                   "--out", tmp_path / "out")
+    one_line_error(done, "none of the 2 inputs")
+    assert "a.mp4" in done.stdout and "b.jpg" in done.stdout
+
+
+def test_a_glob_reaching_the_output_folder_never_draws_on_its_own_pictures(tiny, coco128,
+                                                                          tmp_path):
+    photos(coco128, tmp_path / "shots")
+    first = predict(tiny, "--images", tmp_path / "shots", "--out", tmp_path / "drawn")
+    assert first.returncode == 0, first.stderr
+    again = predict(tiny, "--images", str(tmp_path / "**" / "*.jpg"), "--out", tmp_path / "new")
+    assert again.returncode == 0, again.stderr
+    assert "drew 2 of 2 inputs" in again.stdout
+    assert sorted(json.loads(line)["source"] for line in
+                  (tmp_path / "new" / "detections.jsonl").read_text().splitlines()) == [
+        str(tmp_path / "shots" / name) for name in PHOTOS]
+
+
+# ----------------------------------------------------------------------------- outputs
+def test_each_run_without_out_gets_a_new_folder(tmp_path):
+    runs = tmp_path / "runs" / "predict"
+    assert run_folder(None, runs=runs) == runs
+    (runs / "detections.jsonl").parent.mkdir(parents=True)
+    (runs / "detections.jsonl").write_text("{}\n")
+    assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
+    (tmp_path / "runs" / "predict2").mkdir()  # empty: taken as it is
+    assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
+
+
+def test_a_second_run_without_out_keeps_the_first_runs_outputs(tiny, coco128, tmp_path):
+    image = coco128 / "images" / PHOTOS[0]
+    first = predict(tiny, "--images", image, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    kept = {p.name: p.read_bytes() for p in (tmp_path / "runs" / "predict").iterdir()}
+    second = predict(tiny, "--images", image, "--set", "db.test_scales=[0.5]", cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "runs" / "predict").iterdir()} == kept
+    assert (tmp_path / "runs" / "predict2" / PHOTOS[0]).is_file()
+    assert f"in {Path('runs', 'predict2')};" in second.stdout
+
+
+def test_an_out_with_earlier_outputs_is_refused_naming_exist_ok(tmp_path):
+    (tmp_path / "detections.jsonl").write_text("{}\n")
+    with pytest.raises(UsageError, match="--out .* holds an earlier run's outputs .*--exist-ok"):
+        run_folder(tmp_path)
+    assert run_folder(tmp_path, exist_ok=True) == tmp_path
+    assert (tmp_path / "detections.jsonl").read_text() == "{}\n"
+
+
+# ----------------------------------------------------------------------------- settings
+def test_set_with_a_snapshot_file_changes_the_result(tiny, coco128, tmp_path):
+    image = coco128 / "images" / PHOTOS[0]
+    plain = predict(tiny, "--images", image, "--out", tmp_path / "plain")
+    half = predict(tiny, "--images", image, "--out", tmp_path / "half",
+                   "--set", "db.test_scales=[0.5]")
+    assert plain.returncode == half.returncode == 0, plain.stderr + half.stderr
+    first, second = ((tmp_path / name / "detections.jsonl").read_text()
+                     for name in ("plain", "half"))
+    assert first != second  # the snapshot records [0.25]: --set was used
+    api = Detector.from_snapshot(snapshot_of(tiny), "cpu", overrides=["test_scales=[0.5]"],
+                                 thresh=0.0)
+    assert api.settings.configs["test_scales"] == [0.5]
+    written, got = Result.from_json(second), api.detect(read_image(image), str(image))
+    assert len(written) == len(got) > 0  # the command and the API: one way of opening
+    np.testing.assert_allclose(np.sort(written.scores), np.sort(got.scores), rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_a_bogus_set_key_with_a_snapshot_file_is_one_line(tiny, coco128, tmp_path):
+    done = predict(tiny, "--images", coco128 / "images" / PHOTOS[0], "--out", tmp_path / "o",
+                   "--set", "db.bogus_key=1")
+    one_line_error(done, "--set db.bogus_key=1", "unknown key")
+    assert not (tmp_path / "o" / "detections.jsonl").exists()
+
+
+def test_the_command_and_the_api_share_one_default_threshold(tiny):
+    import demo
+    args = demo.parse_args(["--snapshot", "x.pkl", "--images", "a.jpg"])
+    assert args.thresh == DEFAULT_THRESH == Detector.__init__.__defaults__[0]
+    assert args.out is None  # runs/predict, runs/predict2, ...
+
+
+# ----------------------------------------------------------------------------- the API
+@pytest.fixture(scope="module")
+def detector(tiny):
+    return Detector.from_snapshot(snapshot_of(tiny), "cpu", thresh=0.0)
+
+
+@pytest.mark.parametrize("thresh", [math.nan, "0.5", -0.1, 1.5, True, None, math.inf])
+def test_a_threshold_that_cannot_be_right_is_refused_when_made(detector, thresh):
+    with pytest.raises(UsageError, match=r"thresh \(--thresh\)"):
+        Detector(detector.network, detector.system_config, detector.settings.configs,
+                 thresh=thresh)
+
+
+def test_names_and_ids_must_cover_every_class(detector):
+    configs = detector.settings.configs
+    with pytest.raises(UsageError, match="names: expected a list of 80 .* got 2"):
+        Detector(detector.network, detector.system_config, configs, names=["a", "b"])
+    with pytest.raises(UsageError, match="names: expected a list of 80 .* got a str"):
+        Detector(detector.network, detector.system_config, configs, names="person")
+    with pytest.raises(UsageError, match="category_ids: expected a list of 80"):
+        Detector(detector.network, detector.system_config, configs, category_ids=[1])
+    named = Detector(detector.network, detector.system_config, configs,
+                     names=[f"n{c}" for c in range(80)])
+    assert named.names[0] == "n0" and named.category_ids == detector.category_ids
+
+
+def test_overrides_as_one_string_are_refused(tiny):
+    with pytest.raises(UsageError, match="expected a list of 'KEY=VALUE' texts"):
+        Detector.from_snapshot(snapshot_of(tiny), "cpu", overrides="db.test_scales=[0.5]")
+
+
+def test_frames_skipped_exists_before_predict(detector):
+    fresh = Detector(detector.network, detector.system_config, detector.settings.configs)
+    assert fresh.frames_skipped == []
+
+
+def test_a_file_that_is_no_onnx_model_is_one_line(tmp_path):
+    pytest.importorskip("onnxruntime")
+    fake = tmp_path / "model.onnx"
+    fake.write_bytes(b"this is no protobuf \x00\xff")
+    with pytest.raises(UsageError) as caught:
+        Detector.from_onnx(fake)
+    message = str(caught.value)
+    assert "\n" not in message and str(fake) in message and "cornernet export" in message
+
+
+def test_odd_strides_gray_and_bgra_images_are_converted(detector, coco128):
+    image = read_image(coco128 / "images" / PHOTOS[0])
+    base = detector.detect(image)
+    flipped = image[:, ::-1]  # a negative stride
+    assert detector.detect(flipped) == detector.detect(np.ascontiguousarray(flipped))
+    assert len(base) > 0
+    gray = cv2.cvtColor(image, cv2.COLOR_BGR2GRAY)
+    as_bgr = detector.detect(cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR))
+    assert detector.detect(gray) == as_bgr == detector.detect(gray[:, :, None])
+    bgra = cv2.cvtColor(image, cv2.COLOR_BGR2BGRA)
+    assert detector.detect(bgra) == base
+
+
+@pytest.mark.parametrize("array, words", [
+    (np.zeros((64, 64, 3), np.float32), "dtype float32"),
+    (np.zeros((64, 64, 3), np.uint16), "dtype uint16"),
+    (np.zeros((64, 64, 2), np.uint8), "shape (64, 64, 2)"),
+    (np.zeros((0, 64, 3), np.uint8), "an empty image"),
+])
+def test_other_images_are_one_line_naming_the_dtype_or_shape(detector, array, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        next(detector.predict(array))
+
+
+def test_to_json_of_a_result_holding_nan_is_valid_json_with_null():
+    result = Result(boxes=np.asarray([[1, 2, np.nan, 4]], np.float32),
+                    scores=np.asarray([np.inf], np.float32), classes=np.asarray([1]),
+                    names=["person"], category_ids=np.asarray([1]), source="x.jpg")
+    text = result.to_json()
+    data = json.loads(text, parse_constant=lambda word: pytest.fail(f"{word} is not JSON"))
+    assert data["boxes"] == [[1.0, 2.0, None, 4.0]] and data["scores"] == [None]
+    back = Result.from_json(text)
+    assert np.isnan(back.boxes[0, 2]) and np.isnan(back.scores[0]) and back.boxes[0, 3] == 4
