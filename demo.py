@@ -26,11 +26,10 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, add_set_arg, load_config, snapshot_arg
 from core.config.rules import unit_interval
 from core.dbs.detection import DETECTION
+from core.deploy.runtimes import add_runtime_args, open_network
 from core.engine.cli import run_cli
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
-from core.inference.runtimes import add_runtime_args, open_network
-from core.nnet.checkpoint import require_snapshot
 from core.utils.files import StorageError, probe_writable
 from cornernet.detector import Detector, class_table
 from cornernet.sources import expand as expand_sources
@@ -98,8 +97,6 @@ def open_detector(args: argparse.Namespace) -> Detector:
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
                                            overrides=args.overrides)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
-    if args.runtime == "torch":
-        require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(args.runtime, system_config, DETECTION(db_config), testiter,
                               args.device, args.onnx, precision=args.precision)
     names, category_ids = class_table(system_config, db_config, strict=True)
