@@ -66,13 +66,16 @@ from core.inference.cornernet import decode_kwargs, network_input, resize_and_pa
 from core.inference.loop import detect
 from core.utils.device import resolve_device
 
-# Every row a registered runtime can measure, and the reference row: the default runtime in
-# float32 (its detections are the ones every other row is checked against).
-ALL_ROWS = tuple(f"{entry.name}:{precision}" for entry in RUNTIMES.values()
-                 for precision in entry.row_names())
+# The reference row: the default runtime in float32 (every other row is checked against it).
 REFERENCE = (DEFAULT, "fp32")
 AP_LOSS = 0.01  # a reduced precision passes within this AP of torch fp32
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def all_rows() -> list[str]:
+    """Every row a registered runtime can measure."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.row_names()]
 
 
 def default_rows(device_type: str) -> list[str]:
@@ -94,8 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
-    parser.add_argument("--rows", nargs="+", choices=ALL_ROWS, default=None,
-                        metavar="ROW", help=f"the rows to measure, of {' '.join(ALL_ROWS)} "
+    parser.add_argument("--rows", nargs="+", choices=all_rows(), default=None,
+                        metavar="ROW", help=f"the rows to measure, of {' '.join(all_rows())} "
                         f"(default on a CPU: {' '.join(default_rows('cpu'))}; on a GPU: "
                         f"{' '.join(default_rows('cuda'))}); torch:compile is torch.compile "
                         "(inductor) of the model, float32")
