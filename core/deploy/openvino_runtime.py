@@ -1,8 +1,10 @@
-"""The exported detector in OpenVINO's CPU plugin: `--runtime openvino`.
+"""The exported detector in OpenVINO's CPU plugin: the runtime "openvino" of the registry
+(core/deploy/runtimes.py), `--runtime openvino`.
 
 OpenVINO reads the .onnx file tools/export.py writes unchanged (its ONNX reader keeps the
 file's metadata under the model's "framework" runtime info), or an OpenVINO IR (.xml beside its
-.bin) written with that metadata, such as the INT8 file of core/deploy/quantize.py. Either
+.bin) written with that metadata, such as its INT8 copy (`quantize_openvino`: `nncf.quantize`,
+written as `<name>.int8.xml`; core/deploy/quantize.py says what stays float). Either
 way the file passes the checks of the onnxruntime runtime: its config and class count, its
 snapshot identity, the decode settings baked into it and the input sizes it takes.
 
