@@ -124,6 +124,33 @@ def test_the_benchmark_offers_the_registered_runtimes_rows(wrapped):
     assert bench.parse_args(["CocoTiny", "--rows", "wrapped:other"]).rows == ["wrapped:other"]
 
 
+def broken_opener(path: Path, system_config: Any, db_config: dict, device: str, precision: str,
+                  raw_weights: bool) -> WrappedTorch:
+    raise TypeError("list indices must be integers or slices, not NoneType")
+
+
+@pytest.mark.slow  # the benchmark's whole run, with its reference row and scoring
+def test_the_benchmark_runs_a_registered_runtime_and_shows_a_failing_row_s_traceback(
+        wrapped, tiny, capsys):
+    register(Runtime("broken", "fails to open", ("x",), broken_opener, exported=False))
+    try:
+        bench = load_tool("benchmark")
+        status = bench.main(["CocoTiny", "--testiter", "0", "--config-dir", str(tiny / "configs"),
+                             "--images", "2", "--reps", "1", "--time-size", "64", "--threads",
+                             "1", "--device", "cpu", "--rows", "wrapped:plain", "broken:x",
+                             "--debug"])
+    finally:
+        RUNTIMES.pop("broken")
+    out, err = capsys.readouterr()
+    assert status == 0
+    rows = {line.split("|")[1].strip() + ":" + line.split("|")[2].strip(): line
+            for line in out.splitlines() if line.startswith(("| wrapped", "| broken"))}
+    assert rows["wrapped:plain"].rstrip().endswith("| passed |")  # exact: torch's detections
+    assert rows["broken:x"].rstrip().endswith(
+        "| failed: list indices must be integers or slices, not NoneType |")
+    assert "Traceback" in err and "in broken_opener" in err  # --debug: where it came from
+
+
 def test_one_place_decides_which_runtime_opens_a_name_or_a_file():
     assert runtime(None).name == "torch"
     assert runtime_of(Path("model.onnx")).name == "onnxruntime"

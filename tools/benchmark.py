@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -122,7 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-ap", type=float, default=None,
                         help="exit 1 when a row's AP is below this")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of errors, also of each failing row's")
     args = parser.parse_args(argv)
     for name in ("images", "calib_images", "reps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -209,8 +211,9 @@ def open_row(row: str, system_config: Any, db: Any, testiter: Any,
     file = Path(files[row]) if entry.exported else None
     nnet, path = open_network(name, system_config, db, testiter, str(device), file,
                               precision=entry.precisions[0] if precision == "int8" else precision)
-    if not entry.exported:  # the evaluated weights, not the snapshot's optimizer state
-        size = sum(t.numel() * t.element_size() for t in nnet.model.state_dict().values())
+    model = getattr(nnet, "model", None)
+    if not entry.exported and model is not None:  # the evaluated weights, not the optimizer's
+        size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         return nnet, size / 2**20
     size = path.stat().st_size + (path.with_suffix(".bin").stat().st_size
                                   if path.suffix == ".xml" else 0)
@@ -261,10 +264,11 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
                             unreadable=run.unreadable, weights=nnet.evaluated_weights,
                             report=False, log=lambda _: None)
         result["AP"], result["AP50"] = round(metrics["AP"], 4), round(metrics["AP50"], 4)
-    except unavailable() as err:
-        result["check"] = f"not available: {_first_line(err)}"
     except Exception as err:  # noqa: BLE001 - one row fails, the others go on
-        result["check"] = f"failed: {_first_line(err)}"
+        why = "not available" if isinstance(err, unavailable()) else "failed"
+        result["check"] = f"{why}: {_first_line(err)}"
+        if args.debug:  # where the row's one line came from
+            traceback.print_exc()
     return result
 
 
