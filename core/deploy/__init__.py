@@ -8,6 +8,9 @@ the registry finds them; a runtime of another package registers itself the same 
 package is imported.
 """
 
+# A snapshot's or an exported file's config record is checked as a config file is, against the
+# db keys the datasets declare when they are registered.
+from .. import dbs  # noqa: F401
 from . import network, onnx_runtime, openvino_runtime, runtimes
 
 __all__ = ["network", "onnx_runtime", "openvino_runtime", "runtimes"]
