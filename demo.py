@@ -27,10 +27,10 @@ from tqdm import tqdm
 
 from core.config import CONFIG_DIR, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
+from core.deploy.runtimes import add_runtime_args
 from core.engine.cli import run_cli
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
-from core.inference.runtimes import add_runtime_args
 from core.utils.files import StorageError, probe_writable
 from cornernet.detector import DEFAULT_THRESH, Detector
 from cornernet.detector import open_detector as open_detector_of

@@ -29,6 +29,7 @@ from core.config import (
 from core.config.rules import unit_interval
 from core.data.check import warn_split_overlap
 from core.dbs import datasets
+from core.deploy.runtimes import add_runtime_args, open_network, runtime
 from core.engine.cli import run_cli
 from core.errors import UsageError
 from core.inference import detect, results_folder, score
@@ -36,8 +37,6 @@ from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Done, Journal, snapshot_identity
 from core.inference.loop import ImageResult
 from core.inference.pictures import Pictures
-from core.inference.runtimes import add_runtime_args, open_network
-from core.nnet.checkpoint import require_snapshot
 from core.utils import lock
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -177,8 +176,7 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
     """Detect on the split's images (continuing a journal), then score and write results."""
     if db.has_annotations and args.backend != "none":
         require_backend(args.backend)
-    if args.runtime == "torch":
-        require_snapshot(system_config, testiter, "train first or pick --testiter")
+    runtime(args.runtime).file_of(system_config, testiter, args.onnx)  # before any work
     batch_size = args.batch or system_config.test_batch_size
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:
@@ -218,12 +216,12 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
                                     args.onnx, raw_weights=args.raw_weights,
                                     precision=args.precision)
-    # OpenVINO's precision changes the results: a journal of another precision is not resumed.
-    runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
-    print(f"loading {model_file} ({runtime})")
+    # A precision changes the results: a journal of another precision is not resumed.
+    label = runtime(args.runtime).label(nnet)
+    print(f"loading {model_file} ({label})")
     print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
-                   "snapshot": snapshot_identity(model_file), "runtime": runtime,
+                   "snapshot": snapshot_identity(model_file), "runtime": label,
                    "split": split, "images": image_ids, "batch_size": batch_size,
                    "device": str(nnet.device), "torch": torch.__version__,
                    "weights": nnet.evaluated_weights}

@@ -38,7 +38,7 @@ import benchmark
 
 from core.config import load_config
 from core.dbs import datasets
-from core.inference.openvino_runtime import cpu_properties
+from core.deploy.openvino_runtime import cpu_properties
 from core.nnet.py_factory import NetworkFactory
 
 

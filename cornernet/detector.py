@@ -36,11 +36,11 @@ from core.config import (
 )
 from core.dbs import DatasetError, datasets
 from core.dbs.detection import DETECTION
+from core.deploy.network import InferenceNetwork, snapshot_config
+from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
 from core.inference import test_func
-from core.inference.network import InferenceNetwork, snapshot_config
-from core.inference.onnx_runtime import OnnxNetwork
-from core.nnet.checkpoint import read_snapshot, require_snapshot
+from core.nnet.checkpoint import SNAPSHOT_FORMAT, read_snapshot, require_snapshot
 
 from .results import Result
 from .sources import as_image, frames
@@ -96,7 +96,8 @@ class Detector:
     """A network with its test settings and class names.
 
     Args:
-        network: an `InferenceNetwork` (torch) or `OnnxNetwork` (onnxruntime).
+        network: the network of a registered runtime (core/deploy/runtimes.py): an
+            `InferenceNetwork` (torch), an `OnnxNetwork` (onnxruntime), ...
         system_config, db_config: the config it was trained with (its test settings are used).
         thresh: results keep detections scoring above it (0: all, as test.py scores them).
         names, category_ids: one per class 1..C (default: the dataset's, see `class_table`).
@@ -144,14 +145,15 @@ class Detector:
     def from_config(cls, config: str, snapshot: int | str | None = None,
                     config_dir: Path | None = CONFIG_DIR, overrides: list[str] | None = None,
                     device: str | None = None, raw_weights: bool = False,
-                    **kwargs: Any) -> Detector:
+                    runtime: str | None = None, file: str | Path | None = None,
+                    precision: str | None = None, **kwargs: Any) -> Detector:
         """From config `config` and its snapshot `snapshot` (an iteration, "best", default
-        `system.max_iter`), as test.py finds them; `overrides` as --set."""
+        `system.max_iter`), as test.py finds them; `overrides` as --set. `runtime` (default
+        torch), `file` and `precision` as test.py's --runtime, --onnx and --precision."""
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
         testiter = system_config.max_iter if snapshot is None else snapshot_value(snapshot)
-        path = require_snapshot(system_config, testiter, "train first or pick another")
-        network = InferenceNetwork.from_file(path, system_config, db_config, device,
-                                             raw_weights)
+        network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter, device,
+                                  None if file is None else Path(file), raw_weights, precision)
         return cls(network, system_config, db_config, **kwargs)
 
     @classmethod
@@ -165,37 +167,40 @@ class Detector:
 
     @classmethod
     def from_onnx(cls, path: str | Path, device: str | None = None,
-                  config_dir: Path | None = CONFIG_DIR, runtime: str = "onnxruntime",
-                  precision: str = "f32", overrides: list[str] | None = None,
+                  config_dir: Path | None = CONFIG_DIR, runtime: str | None = None,
+                  precision: str | None = None, overrides: list[str] | None = None,
                   **kwargs: Any) -> Detector:
         """From a file tools/export.py wrote, alone: its metadata holds the config (the whole
-        resolved one since it is recorded; the config's name before). `runtime`:
-        "onnxruntime", or "openvino" (an .onnx or its IR, at `precision` "f32" or "default");
-        `overrides` as --set (the test settings: the graph itself is fixed)."""
+        resolved one since it is recorded; the config's name before). `runtime`: a registered
+        runtime of exported files (default: the one the file's suffix names, .onnx onnxruntime,
+        .xml openvino); `precision`: one of that runtime's (default its first); `overrides` as
+        --set (the test settings: the graph itself is fixed)."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no ONNX file {path}")
-        meta = _export_metadata(path, runtime)
+            raise FileNotFoundError(f"no exported file {path}")
+        entry = runtime_of(path, runtime)
+        if entry.read_metadata is None:
+            raise UsageError(f"runtime {entry.name} does not open an exported file alone: "
+                             "name one of " + ", ".join(
+                                 name for name, other in RUNTIMES.items() if other.read_metadata))
+        precision = entry.precision(precision)
+        meta = _export_metadata(path, entry)
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
                               "python tools/export.py (or cornernet export)")
         record = meta.get("settings")
         if record is not None:
-            from core.inference.network import snapshot_config
-            from core.nnet.checkpoint import SNAPSHOT_FORMAT
             system_config, db_config = snapshot_config(
                 {"format": SNAPSHOT_FORMAT, "config": record}, path)
         else:
             system_config, db_config = load_config(meta["config"], config_dir)
         system_config, db_config = apply_overrides(system_config, db_config, overrides,
                                                    f"{path} (its metadata)")
-        if runtime == "openvino":
-            from core.inference.openvino_runtime import OpenVinoNetwork
-            network = OpenVinoNetwork(path, meta["config"], int(db_config["categories"]),
-                                      device or "cpu", precision)
-        else:
-            network = OnnxNetwork(path, meta["config"], int(db_config["categories"]),
-                                  device or "cpu")
+        # The file is checked against the config name it was exported under.
+        exported_as = system_config if system_config.snapshot_name == meta["config"] else \
+            system_config.replace(snapshot_name=meta["config"])
+        network = entry.open_file(path, exported_as, db_config, device or "cpu", precision,
+                                  False)
         return cls(network, system_config, db_config, **kwargs)
 
     # ------------------------------------------------------------------------- detection
@@ -230,27 +235,23 @@ class Detector:
         return list(self.predict(source))
 
 
-def _export_metadata(path: Path, runtime: str) -> dict[str, Any]:
+def _export_metadata(path: Path, entry: Any) -> dict[str, Any]:
     """The export metadata of `path`; a file the runtime cannot read as a model is one line."""
     try:
-        if runtime == "openvino":
-            from core.inference.openvino_runtime import model_metadata, read_model
-            return model_metadata(read_model(path))
-        from core.inference.onnx_runtime import _ort, read_metadata
-        return read_metadata(_ort().InferenceSession(str(path),
-                                                     providers=["CPUExecutionProvider"]))
+        return entry.read_metadata(path)
     except UsageError:
         raise
     except Exception as err:  # noqa: BLE001 - the runtime's own parse errors (InvalidProtobuf)
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise UsageError(f"{path}: not a model {runtime} can read ({type(err).__name__}: "
+        raise UsageError(f"{path}: not a model {entry.name} can read ({type(err).__name__}: "
                          f"{first}); name a file written by cornernet export "
                          "(tools/export.py)") from None
 
 
 def open_detector(config: str | None = None, snapshot: Path | None = None,
                   onnx: Path | None = None, testiter: int | str | None = None,
-                  runtime: str = "torch", precision: str = "f32", device: str | None = None,
+                  runtime: str | None = None, precision: str | None = None,
+                  device: str | None = None,
                   config_dir: Path | None = CONFIG_DIR, overrides: list[str] | None = None,
                   thresh: float = DEFAULT_THRESH) -> Detector:
     """The detector `cornernet predict` opens: a snapshot file alone (`snapshot`), an
@@ -261,10 +262,9 @@ def open_detector(config: str | None = None, snapshot: Path | None = None,
     if config is None:
         return Detector.from_onnx(onnx, device, config_dir, runtime, precision,
                                   overrides=overrides, thresh=thresh)
-    from core.inference.runtimes import open_network
     system_config, db_config = load_config(config, config_dir, overrides=overrides)
     testiter = system_config.max_iter if testiter is None else testiter
-    if runtime == "torch":
+    if runtime in (None, "torch"):
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter,
                               device, onnx, precision=precision)

@@ -43,7 +43,7 @@ def test_detector_from_the_snapshot_alone_gives_test_py_detections(tiny, coco128
     # The snapshot records test_flipped true; the test ran with --set false: same here.
     system_config, db_config = load_config("CocoTiny", tiny / "configs",
                                            overrides=["db.test_flipped=false"])
-    from core.inference.network import InferenceNetwork
+    from core.deploy.network import InferenceNetwork
     network = InferenceNetwork.from_file(snapshot_of(tiny), system_config, db_config, "cpu")
     detector = Detector(network, system_config, db_config, thresh=0.0)
     name = next(p for p in (coco128 / "images").iterdir() if int(p.stem) == image_id)

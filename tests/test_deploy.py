@@ -18,18 +18,18 @@ import torch
 from _onnx import IMAGE, copy_export, open_db, snapshot_folder
 from _tools import ROOT, load_tool
 
+from core.deploy.export import compare_outputs
+from core.deploy.onnx_runtime import OnnxNetwork, quantize_onnxruntime
+from core.deploy.openvino_runtime import (
+    MissingOpenVino,
+    OpenVinoNetwork,
+    quantize_openvino,
+    write_openvino_ir,
+)
+from core.deploy.quantize import calibration_inputs, int8_file
+from core.deploy.runtimes import open_network
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.onnx_runtime import OnnxNetwork
-from core.inference.openvino_runtime import MissingOpenVino, OpenVinoNetwork, write_openvino_ir
-from core.inference.quantize import (
-    calibration_inputs,
-    int8_file,
-    quantize_onnxruntime,
-    quantize_openvino,
-)
-from core.inference.runtimes import open_network
-from core.nnet.export import compare_outputs
 
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from _fake_data import FakeDB, fake_sample
@@ -21,6 +22,7 @@ from core.config import SystemConfig, check_db_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import image_bytes, ring_slots, shm_need
+from core.sample import samplers
 from core.utils import files
 from core.utils.files import (
     DiskFull,
@@ -288,10 +290,10 @@ def test_disk_free_reads_the_nearest_existing_folder(tmp_path):
 
 
 # ---------------------------------------------------------------------------- shared memory
-@pytest.mark.parametrize("sampling", ["cornernet", "cornernet_saccade"])
+@pytest.mark.parametrize("sampling", sorted(samplers))  # every sampling function
 def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
     from core.dbs import datasets
-    from core.sample import data_sampling_func
+    from core.sample import layouts
 
     system = SystemConfig().update_config({
         "batch_size": 3, "sampling_function": sampling, "cache_dir": str(tmp_path)})
@@ -300,9 +302,13 @@ def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
                  "annotation_files": {"all": str(coco128 / "annotations" /
                                                  "instances_coco128.json")}}
     db = datasets["COCO"](db_config, split="all", sys_config=system)
-    batch, _ = data_sampling_func[sampling](system, db, 0, data_aug=True)
+    batch, _ = samplers[sampling](db, 0, 3, data_aug=True)
     arrays = sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
     assert arrays == 3 * image_bytes(db.configs, sampling)
+    # the batch is its declared layout, array by array
+    assert {key: (v.shape, v.dtype) for key, v in batch.items() if key != "meta"} == {
+        key: ((3, *shape), np.dtype(dtype))
+        for key, (shape, dtype) in layouts[sampling](db.configs).items()}
 
 
 def test_shm_need_is_what_the_prefetcher_allocates():

@@ -14,10 +14,7 @@ import torch
 from _onnx import spread_weights
 
 from core.config import load_config
-from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.onnx_runtime import OnnxNetwork
-from core.models import build_model
-from core.nnet.export import (
+from core.deploy.export import (
     DeployGraph,
     compare_outputs,
     export_onnx,
@@ -25,6 +22,9 @@ from core.nnet.export import (
     output_names,
     size_rule,
 )
+from core.deploy.onnx_runtime import OnnxNetwork
+from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.models import build_model
 
 pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")

@@ -19,11 +19,11 @@ from _tiny_coco import inproc
 from _tools import load_tool
 
 import demo
+from core.deploy.export import compare_outputs
+from core.deploy.onnx_runtime import OnnxNetwork
+from core.deploy.runtimes import open_network
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.onnx_runtime import OnnxNetwork
-from core.inference.runtimes import open_network
-from core.nnet.export import compare_outputs
 from core.nnet.py_factory import NetworkFactory
 from cornernet import Detector, Result
 

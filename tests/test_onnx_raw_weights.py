@@ -21,7 +21,7 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
-from core.nnet.export import snapshot_weights, weights_digest
+from core.deploy.export import snapshot_weights, weights_digest
 from core.nnet.py_factory import NetworkFactory
 
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
@@ -114,10 +114,10 @@ def test_onnxruntime_raw_weights_are_filed_as_raw_and_equal_torchs_raw_weights(e
 KILLED_WHILE_WRITING = """
 import os, runpy, sys, time
 from pathlib import Path
-import core.nnet.export
+import core.deploy.export
 import core.utils.files as files
 graph, marker = Path(sys.argv[1]).read_bytes(), Path(sys.argv[2])
-core.nnet.export.export_onnx = lambda *args: (graph, ["detections"])
+core.deploy.export.export_onnx = lambda *args: (graph, ["detections"])
 write = files._FdWriter.write
 def half_then_wait(self, data):
     view = memoryview(data).cast("B")

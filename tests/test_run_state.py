@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from core.deploy.network import InferenceNetwork
 from core.engine.evaluation import inference_network
 from core.engine.metrics import DataCounts, Throughput
 from core.engine.run import DataPosition, Run
 from core.engine.snapshots import Best
 from core.engine.steps import TrainStep
-from core.inference.network import InferenceNetwork
 from tests._dense_reference import coco128_db
 from tests.test_old_snapshot import LOOP_STATE, SYSTEM, old_snapshot
 from tests.test_precision import batch_of, factory

@@ -21,6 +21,7 @@ if __package__ in (None, ""):  # run as a file from a checkout: the project is i
 
 import torch
 
+import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import CONFIG_DIR, SystemConfig, load_config
 from core.engine.cli import run_cli
 from core.models import build_model

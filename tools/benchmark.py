@@ -9,8 +9,10 @@
 Rows on a CPU: torch fp32 and bf16 (autocast), onnxruntime fp32 and int8, OpenVINO f32, default
 (the CPU plugin's choice: bf16 where the CPU has bf16 units) and int8; on a GPU (--device, the
 default where there is one): torch fp32, bf16 and compile (torch.compile, float32), which a CPU
-runs too when named in --rows. The .onnx file is exported (tools/export.py, which checks it
-against torch) when missing or stale, the INT8 files are made from it (core/inference/
+runs too when named in --rows. Each runtime of the registry (core/deploy/runtimes.py) declares
+its rows, its default rows per device and which of its precisions are exact, so a runtime
+registered from outside has rows too. The .onnx file is exported (tools/export.py, which checks
+it against torch) when missing or stale, the INT8 files are made from it (core/deploy/
 quantize.py, calibrated on --calib-images training images) when missing. Every row then:
 
 - check: its detections on the first validation image against torch fp32's: "passed" when an
@@ -41,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -53,33 +56,38 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import datasets
+from core.deploy.export import META_KEYS, compare_outputs
+from core.deploy.identity import check_identity, onnx_file
+from core.deploy.machine import cpu_line, device_line
+from core.deploy.quantize import DEFAULT_IMAGES, KEEP_FLOAT, calibration_inputs, int8_file
+from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
 from core.engine.cli import run_cli
 from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
-from core.inference.machine import cpu_line, device_line
-from core.inference.network import CompileUnavailable
-from core.inference.onnx_runtime import MissingOnnxRuntime, check_identity, onnx_file
-from core.inference.openvino_runtime import MissingOpenVino
-from core.inference.quantize import (
-    DEFAULT_IMAGES,
-    KEEP_FLOAT,
-    calibration_inputs,
-    int8_file,
-    quantize_onnxruntime,
-    quantize_openvino,
-)
-from core.inference.runtimes import open_network
-from core.nnet.export import META_KEYS, compare_outputs
 from core.utils.device import resolve_device
 
-ROWS = ("torch:fp32", "torch:bf16", "onnxruntime:fp32", "onnxruntime:int8", "openvino:f32",
-        "openvino:default", "openvino:int8")
-GPU_ROWS = ("torch:fp32", "torch:bf16", "torch:compile")
-EXACT = ("fp32", "f32", "compile")  # compile: torch.compile in float32
-UNAVAILABLE = (ImportError, MissingOnnxRuntime, MissingOpenVino, CompileUnavailable)
+# The reference row: the default runtime in float32 (every other row is checked against it).
+REFERENCE = (DEFAULT, "fp32")
 AP_LOSS = 0.01  # a reduced precision passes within this AP of torch fp32
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def all_rows() -> list[str]:
+    """Every row a registered runtime can measure."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.row_names()]
+
+
+def default_rows(device_type: str) -> list[str]:
+    """The rows measured by default on a device of this type, as each runtime declares them."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.rows.get(device_type, ())]
+
+
+def unavailable() -> tuple[type[BaseException], ...]:
+    """What a runtime raises when its package, compiler or GPU is missing."""
+    return (ImportError, *(kind for entry in RUNTIMES.values() for kind in entry.unavailable))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,10 +98,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
-    parser.add_argument("--rows", nargs="+", choices=(*ROWS, "torch:compile"), default=None,
-                        metavar="ROW", help=f"the rows to measure (default on a CPU: "
-                        f"{' '.join(ROWS)}; on a GPU: {' '.join(GPU_ROWS)}); torch:compile "
-                        "is torch.compile (inductor) of the model, float32")
+    parser.add_argument("--rows", nargs="+", choices=all_rows(), default=None,
+                        metavar="ROW", help=f"the rows to measure, of {' '.join(all_rows())} "
+                        f"(default on a CPU: {' '.join(default_rows('cpu'))}; on a GPU: "
+                        f"{' '.join(default_rows('cuda'))}); torch:compile is torch.compile "
+                        "(inductor) of the model, float32")
     parser.add_argument("--device", default=None,
                         help="cpu, cuda or cuda:N (default: the GPU where there is one)")
     parser.add_argument("--batch", type=int, nargs="+", default=None,
@@ -114,7 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--min-ap", type=float, default=None,
                         help="exit 1 when a row's AP is below this")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of errors, also of each failing row's")
     args = parser.parse_args(argv)
     for name in ("images", "calib_images", "reps"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -151,8 +161,8 @@ def prepare_files(args: argparse.Namespace, system_config: Any, testiter: Any,
     "failed: ...") where its file could not be made."""
     files: dict[str, Path | str] = {}
     onnx = onnx_file(system_config, testiter)
-    if not holds_snapshot(onnx, system_config, testiter) and \
-            any(not row.startswith("torch") for row in rows):
+    exported = [row for row in rows if runtime(row.split(":")[0]).exported]
+    if not holds_snapshot(onnx, system_config, testiter) and exported:
         print(f"exporting {onnx} (tools/export.py) ...", flush=True)
         done = subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"),
                                args.cfg_file, "--testiter", str(testiter), "--config-dir",
@@ -161,21 +171,19 @@ def prepare_files(args: argparse.Namespace, system_config: Any, testiter: Any,
         print(done.stdout.strip())
         if done.returncode != 0:
             why = (done.stderr.strip().splitlines() or ["no message"])[-1]
-            return {row: f"failed: export: {why}" for row in rows if not row.startswith("torch")}
-    for row in rows:
-        if row.endswith(":int8"):
-            files[row] = make_int8(args, system_config, onnx, row.split(":")[0])
-        elif not row.startswith("torch"):
-            files[row] = onnx
+            return {row: f"failed: export: {why}" for row in exported}
+    for row in exported:
+        name, precision = row.split(":")
+        files[row] = make_int8(args, system_config, onnx, name) if precision == "int8" else onnx
     return files
 
 
 def make_int8(args: argparse.Namespace, system_config: Any, onnx: Path,
-              runtime: str) -> Path | str:
-    """The INT8 file of `runtime` beside `onnx`, quantized now unless it is newer than
+              name: str) -> Path | str:
+    """The INT8 file of runtime `name` beside `onnx`, quantized now unless it is newer than
     `onnx`; why not ("not available: ..." or "failed: ...") when it cannot be made."""
     try:
-        out = int8_file(onnx, runtime)
+        out = int8_file(onnx, name)
         if out.is_file() and out.stat().st_mtime >= onnx.stat().st_mtime:
             return out
         split = args.calib_split or system_config.train_split
@@ -185,12 +193,11 @@ def make_int8(args: argparse.Namespace, system_config: Any, onnx: Path,
         scale = db.configs["test_scales"][0]
         inputs = calibration_inputs(db, scale, args.calib_images, log=print)
         start = time.perf_counter()
-        quantize = quantize_onnxruntime if runtime == "onnxruntime" else quantize_openvino
-        record = quantize(onnx, out, inputs, split, scale, args.keep_float)
+        record = runtime(name).int8.quantize(onnx, out, inputs, split, scale, args.keep_float)
         print(f"quantized {out} in {time.perf_counter() - start:.0f} s: {record['images']} "
               f"images of split {split}, float: {len(record['float_layers'])} head convs")
         return out
-    except (ImportError, MissingOnnxRuntime, MissingOpenVino) as err:
+    except unavailable() as err:
         return f"not available: {_first_line(err)}"
     except Exception as err:  # noqa: BLE001 - one row fails, the others go on
         return f"failed: quantization: {_first_line(err)}"
@@ -199,15 +206,15 @@ def make_int8(args: argparse.Namespace, system_config: Any, onnx: Path,
 def open_row(row: str, system_config: Any, db: Any, testiter: Any,
              files: dict[str, Path | str], device: torch.device) -> tuple[Any, float]:
     """The network of `row` on `device` and its size in MiB."""
-    runtime, precision = row.split(":")
-    if runtime == "torch":
-        nnet, _ = open_network("torch", system_config, db, testiter, str(device))
-        size = sum(t.numel() * t.element_size() for t in nnet.model.state_dict().values())
-        nnet.set_autocast("bf16" if precision == "bf16" else None)
-        return (nnet.compile() if precision == "compile" else nnet), size / 2**20
-    path = Path(files[row])
-    nnet, _ = open_network(runtime, system_config, db, testiter, str(device), path,
-                           precision="default" if precision == "default" else "f32")
+    name, precision = row.split(":")
+    entry = runtime(name)
+    file = Path(files[row]) if entry.exported else None
+    nnet, path = open_network(name, system_config, db, testiter, str(device), file,
+                              precision=entry.precisions[0] if precision == "int8" else precision)
+    model = getattr(nnet, "model", None)
+    if not entry.exported and model is not None:  # the evaluated weights, not the optimizer's
+        size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        return nnet, size / 2**20
     size = path.stat().st_size + (path.with_suffix(".bin").stat().st_size
                                   if path.suffix == ".xml" else 0)
     return nnet, size / 2**20
@@ -228,8 +235,8 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
             files: dict[str, Path | str], image: torch.Tensor,
             reference: list) -> dict[str, Any]:
     """One row of the table; its failures are its `check`. `image`: one input (1, 3, H, W)."""
-    runtime, precision = row.split(":")
-    result: dict[str, Any] = {"runtime": runtime, "precision": precision, "AP": None,
+    name, precision = row.split(":")
+    result: dict[str, Any] = {"runtime": name, "precision": precision, "AP": None,
                               "AP50": None, "ms": {}, "size_mb": None, "check": None}
     settings = decode_kwargs(db.configs)
     if isinstance(files.get(row), str):  # its file could not be made
@@ -257,30 +264,31 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
                             unreadable=run.unreadable, weights=nnet.evaluated_weights,
                             report=False, log=lambda _: None)
         result["AP"], result["AP50"] = round(metrics["AP"], 4), round(metrics["AP50"], 4)
-    except UNAVAILABLE as err:
-        result["check"] = f"not available: {_first_line(err)}"
     except Exception as err:  # noqa: BLE001 - one row fails, the others go on
-        result["check"] = f"failed: {_first_line(err)}"
+        why = "not available" if isinstance(err, unavailable()) else "failed"
+        result["check"] = f"{why}: {_first_line(err)}"
+        if args.debug:  # where the row's one line came from
+            traceback.print_exc()
     return result
 
 
 def judge(rows: list[dict[str, Any]]) -> None:
     """Fill in each measured row's check (see the module docstring)."""
-    base = next((row["AP"] for row in rows if row["runtime"] == "torch" and
-                 row["precision"] == "fp32" and row["AP"] is not None), None)
+    base = next((row["AP"] for row in rows if (row["runtime"], row["precision"]) == REFERENCE
+                 and row["AP"] is not None), None)
     for row in rows:
         if row["check"] is not None:
             continue
         parity = row.pop("parity", {})
-        if row["precision"] in EXACT:
+        if row["precision"] in runtime(row["runtime"]).exact:
             row["check"] = "passed" if parity.get("ok") else \
                 f"failed: {parity.get('error') or 'outside the parity tolerance'}"
         elif base is None:
-            row["check"] = "failed: no torch fp32 AP to compare with"
+            row["check"] = f"failed: no {' '.join(REFERENCE)} AP to compare with"
         else:
             loss = base - row["AP"]
             row["check"] = "passed" if loss <= AP_LOSS else \
-                f"failed: AP {loss:.3f} below torch fp32 (more than {AP_LOSS})"
+                f"failed: AP {loss:.3f} below {' '.join(REFERENCE)} (more than {AP_LOSS})"
         row.pop("parity", None)
 
 
@@ -330,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.device = resolve_device(args.device)
     except ConfigError as err:  # --device cuda without a GPU: every row says so
-        rows = args.rows or list(GPU_ROWS)
+        rows = args.rows or default_rows("cuda")
         return finish(args, [{"runtime": row.split(":")[0], "precision": row.split(":")[1],
                               "AP": None, "AP50": None, "ms": {}, "size_mb": None,
                               "check": f"not available: {_first_line(err)}"} for row in rows],
@@ -342,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     db = lookup(datasets, system_config.dataset, "dataset")(db_config,
                                                             split=system_config.val_split,
                                                             sys_config=system_config)
-    rows = args.rows or list(GPU_ROWS if args.device.type == "cuda" else ROWS)
+    rows = args.rows or default_rows(args.device.type)
     files = prepare_files(args, system_config, testiter, rows)
     image = db.read_image(db.db_inds[0])
     canvas = (resize_and_pad(image, db.configs["test_scales"][0])[0] if args.time_size is None
@@ -352,8 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     # each layout (bf16 in autocast: oneDNN's for channels-last, ten times slower otherwise).
     one = network_input(canvas[None], db.mean, db.std, "cpu")
     torch.set_num_threads(args.threads[0])
-    nnet, _ = open_network("torch", system_config, db, testiter, str(args.device))
-    nnet.set_autocast(None)  # torch fp32, whatever system.amp says
+    nnet, _ = open_network(REFERENCE[0], system_config, db, testiter, str(args.device),
+                           precision=REFERENCE[1])  # float32, whatever system.amp says
     reference = [nnet.test(one, **decode_kwargs(db.configs))[0].cpu().numpy()]
     del nnet
     results = []

@@ -31,14 +31,7 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import DatasetError, datasets
-from core.engine.cli import run_cli
-from core.errors import UsageError
-from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.network import InferenceNetwork
-from core.inference.onnx_runtime import OnnxNetwork, onnx_file
-from core.inference.openvino_runtime import openvino, write_openvino_ir
-from core.nnet.checkpoint import plain, read_snapshot, require_snapshot
-from core.nnet.export import (
+from core.deploy.export import (
     DEFAULT_MAX_MAP,
     DeployGraph,
     compare_outputs,
@@ -49,6 +42,14 @@ from core.nnet.export import (
     size_rule,
     weights_digest,
 )
+from core.deploy.identity import onnx_file
+from core.deploy.network import InferenceNetwork
+from core.deploy.onnx_runtime import OnnxNetwork
+from core.deploy.openvino_runtime import openvino, write_openvino_ir
+from core.engine.cli import run_cli
+from core.errors import UsageError
+from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+from core.nnet.checkpoint import plain, read_snapshot, require_snapshot
 from core.utils.files import (
     check_free_disk,
     probe_writable,

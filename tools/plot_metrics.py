@@ -21,6 +21,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import load_config
 from core.engine.cli import report
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names

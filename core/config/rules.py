@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from ..errors import ConfigError
+from .db_keys import declared_keys
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -34,7 +35,6 @@ _POSITIVE_DB = ("max_per_image", "top_k", "num_dets", "nms_kernel", "att_max_cro
                 "rand_scale_step", "weight_exp")
 _NON_NEGATIVE_DB = ("border", "min_scale", "nms_threshold", "ae_threshold")
 _POSITIVE_LISTS = ("rand_scales", "test_scales", "init_sizes", "att_ratios", "att_nms_ks")
-_PATH_DICTS = ("image_dirs", "annotation_files")
 # Integers reach torch and numpy as int64.
 INT64 = 2 ** 63
 # Decoding scores top_k * top_k corner pairs per image and class: 4096 is 64 MiB of float32.
@@ -209,13 +209,15 @@ def _check_db_targets(configs: dict, where: str) -> None:
 
 
 def _check_db_paths_and_names(configs: dict, where: str) -> None:
-    """Split paths are strings; class names are distinct non-empty strings."""
-    for key in _PATH_DICTS:
-        paths = configs[key]
-        if paths is not None and not all(isinstance(p, str) and p for p in paths.values()):
+    """Split paths (a declared path key holding a dict) are strings; class names are distinct
+    non-empty strings."""
+    for key, spec in declared_keys().items():
+        paths = configs.get(key)
+        if spec.path and isinstance(paths, dict) and \
+                not all(isinstance(p, str) and p for p in paths.values()):
             raise ConfigError(f"{where}: db.{key} must map each split key to a path (a "
                               f"string), got {paths}")
-    names = configs["names"]
+    names = configs.get("names")
     if names is not None and not (names and all(isinstance(n, str) and n for n in names)
                                   and len(set(names)) == len(names)):
         raise ConfigError(f"{where}: db.names must list distinct class names (non-empty "

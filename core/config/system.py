@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ConfigError, closest
 from .dataset_settings import DatasetSettings, resolve_path
+from .db_keys import declared_keys
 from .overrides import parse_overrides
 from .rules import NAME, check_db_rules, check_finite, check_system_rules
 
@@ -163,16 +164,19 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "test_flipped": (True, (bool,), False),
     # additions of this project
     "max_objects": (128, (int,), False),
-    "image_dirs": (None, (dict,), True),
-    "annotation_files": (None, (dict,), True),
     "num_train_images": (2000, (int,), False),
     "num_val_images": (200, (int,), False),
-    # YOLO (core/dbs/yolo.py): the data.yaml; VOC (core/dbs/voc.py): the VOCdevkit-style
-    # folder and, optionally, the class names in order
-    "data_yaml": (None, (str,), True),
-    "voc_root": (None, (str,), True),
-    "names": (None, (list,), True),
+    # and the keys each dataset declares (core/config/db_keys.py), e.g. COCO's image_dirs
 }
+
+
+def _db_schema() -> dict[str, tuple[Any, tuple[type, ...], bool]]:
+    """The common db keys and those the registered datasets declare."""
+    declared = declared_keys()
+    clash = sorted(set(declared) & set(_DB_SCHEMA))
+    if clash:
+        raise ValueError(f"datasets declare common db keys {clash}; declare only their own")
+    return {**_DB_SCHEMA, **{key: spec.schema for key, spec in declared.items()}}
 
 
 def _type_name(types: tuple[type, ...], nullable: bool) -> str:
@@ -217,8 +221,9 @@ def check_db_config(new: dict, where: str = "db config") -> dict:
     `rand_scales: null` expands to `arange(rand_scale_min, rand_scale_max, rand_scale_step)`
     as the original does.
     """
-    configs = {key: _copy(default) for key, (default, _, _) in _DB_SCHEMA.items()}
-    configs.update(_check("db", _DB_SCHEMA, new, where))
+    schema = _db_schema()
+    configs = {key: _copy(default) for key, (default, _, _) in schema.items()}
+    configs.update(_check("db", schema, new, where))
     if configs["rand_scales"] is None:
         configs["rand_scales"] = np.arange(
             configs["rand_scale_min"], configs["rand_scale_max"], configs["rand_scale_step"]
@@ -428,9 +433,10 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""
         raise ConfigError(f"{path}: a config holds only 'system' and 'db' sections"
                           f"{'; found ' + ', '.join(sorted(extra)) if extra else ''}")
-    changes = parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": _DB_SCHEMA})
+    db_schema = _db_schema()
+    changes = parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": db_schema})
     _check("system", _SYSTEM_SCHEMA, changes["system"], "--set")
-    _check("db", _DB_SCHEMA, changes["db"], "--set")
+    _check("db", db_schema, changes["db"], "--set")
     where = f"{path} with --set" if overrides else str(path)
     system = SystemConfig(PROJECT_ROOT if root_dir is None else root_dir).update_config(
         _merged(content.get("system", {}), changes["system"]), where)

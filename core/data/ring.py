@@ -2,7 +2,8 @@
 whose array shapes size the slots.
 
 Each worker owns a few slots of one batch each; `ring_slots` says how many, `shm_need` how much
-of /dev/shm the rings of a process take (checked before any process starts), and `probe_batch`
+of /dev/shm the rings of a process take (checked before any process starts; the bytes of one
+image are the sampling function's own declaration, `core.sample.image_bytes`), and `probe_batch`
 builds the one batch, in the trainer, whose shapes the ring copies (it also surfaces data errors
 before any worker is forked).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from ..sample import image_bytes
 from .chunks import Deal
 
 
@@ -27,22 +29,6 @@ def ring_slots(prefetch_size: int, workers: int, stream: str) -> int:
     if stream == "val":
         return 2
     return max(2, math.ceil(prefetch_size / workers) - 2)
-
-
-def image_bytes(db_config: dict, sampling_function: str) -> int:
-    """Bytes one image takes in a batch slot (the batch contract in core/sample/__init__.py).
-
-    cornernet: the (H, W, 3) uint8 crop, the (3, 4) float32 colour affine, M boxes (float32
-    x4) with their int64 classes and the int64 object count, M = db.max_objects.
-    cornernet_saccade adds as many ignore boxes, classes and a count, and (S, M) int64
-    attention cells, S = len(db.att_sizes).
-    """
-    height, width = db_config["input_size"]
-    slots = db_config["max_objects"]
-    records = 3 * 4 * 4 + slots * (4 * 4 + 8) + 8
-    if sampling_function == "cornernet_saccade":
-        records += slots * (4 * 4 + 8) + 8 + len(db_config["att_sizes"]) * slots * 8
-    return height * width * 3 + records
 
 
 def shm_need(db_config: dict, sampling_function: str, batch_size: int, workers: int, *,

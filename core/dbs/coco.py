@@ -21,18 +21,17 @@ import re
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from core.config import ConfigError, DatasetSettings, SystemConfig, lookup
+from core.config.db_keys import DbKey, declared_keys, owners
 from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
 from core.utils.images import ImageReadError, read_image
 
 from .detection import DETECTION, DatasetError, Log, to_stderr
 
-_KEY_OWNERS = {"data_yaml": "YOLO", "voc_root": "VOC", "names": "VOC",
-               "image_dirs": "COCO", "annotation_files": "COCO"}
 _DEFAULT_FOLDERS = {"trainval": "trainval2014", "minival": "minival2014", "testdev": "testdev2017"}
 # Part of the cache key: bump it when the parsed format or the box rules change.
 _CACHE_VERSION = 3  # 2: clipped_images, 3: the two kinds of dropped boxes
@@ -41,20 +40,24 @@ _CACHE_VERSION = 3  # 2: clipped_images, 3: the two kinds of dropped boxes
 class COCO(DETECTION):
     """A COCO-format detection dataset; see DETECTION for the interface."""
 
+    # Split key -> image folder and split key -> annotation json (both paths).
+    db_keys: ClassVar[dict[str, DbKey]] = {
+        "image_dirs": DbKey(None, (dict,), path=True),
+        "annotation_files": DbKey(None, (dict,), path=True)}
+
     def __init__(self, db_config: dict, split: str | None = None,
                  settings: DatasetSettings | None = None, log: Log = to_stderr, *,
                  sys_config: SystemConfig | None = None) -> None:
         super().__init__(db_config, split, settings, log, sys_config=sys_config)
-        for key in self._foreign_keys:
-            if self._configs[key] is not None:
+        # The db keys other datasets declare, refused rather than ignored when set.
+        declared = declared_keys()
+        for key in sorted(set(declared) - set(self.db_keys)):
+            if self._configs[key] != declared[key].default:
                 raise ConfigError(f"db.{key} is not read by system.dataset "
                                   f"'{type(self).__name__}'; remove it, or choose the dataset "
-                                  f"it belongs to ({_KEY_OWNERS[key]})")
+                                  f"it belongs to ({' or '.join(owners(key))})")
         if split is not None:
             self._load_split(split, self._settings)
-
-    # The db keys of the other datasets, refused rather than ignored.
-    _foreign_keys: tuple[str, ...] = ("data_yaml", "voc_root", "names")
 
     def _load_split(self, split: str, settings: DatasetSettings | None) -> None:
         if settings is None:

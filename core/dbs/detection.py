@@ -48,11 +48,12 @@ import sys
 import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from core.config import DatasetSettings, SystemConfig, check_db_config
+from core.config.db_keys import DbKey
 from core.errors import UserMistake
 from core.utils.images import read_image
 
@@ -74,6 +75,10 @@ class DETECTION:
 
     Subclasses fill the tables with `_set_images` and `_set_classes`.
     """
+
+    # The db keys this dataset reads beyond the common ones, with which are paths
+    # (core/config/db_keys.py); registering the dataset declares them to the config schema.
+    db_keys: ClassVar[dict[str, DbKey]] = {}
 
     def __init__(self, db_config: dict, split: str | None = None,
                  settings: DatasetSettings | None = None, log: Log = to_stderr, *,

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from typing import ClassVar
 from xml.parsers import expat
 
 from core.config import ConfigError, DatasetSettings
+from core.config.db_keys import DbKey
 
 from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -228,7 +230,9 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
 class VOC(Converted):
     """A Pascal VOC dataset; see the module docstring and DETECTION for the interface."""
 
-    _foreign_keys = ("data_yaml", "image_dirs", "annotation_files")
+    # The VOCdevkit-style folder (a path) and, optionally, the class names in order.
+    db_keys: ClassVar[dict[str, DbKey]] = {"voc_root": DbKey(None, (str,), path=True),
+                                           "names": DbKey(None, (list,))}
 
     def _root(self, settings: DatasetSettings) -> Path:
         if self._configs["voc_root"] is None:

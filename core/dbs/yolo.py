@@ -19,10 +19,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import ClassVar
 
 import yaml
 
 from core.config import ConfigError, DatasetSettings
+from core.config.db_keys import DbKey
 
 from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -220,7 +222,8 @@ def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, d
 class YOLO(Converted):
     """A YOLO-format dataset; see the module docstring and DETECTION for the interface."""
 
-    _foreign_keys = ("voc_root", "names", "image_dirs", "annotation_files")
+    # The path of the data.yaml naming the splits and the class names.
+    db_keys: ClassVar[dict[str, DbKey]] = {"data_yaml": DbKey(None, (str,), path=True)}
 
     def _data_yaml(self, settings: DatasetSettings) -> Path:
         if self._configs["data_yaml"] is None:

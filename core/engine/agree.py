@@ -20,10 +20,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..config.db_keys import path_keys
 from ..errors import ConfigError
 
-NODE_LOCAL = {"system.data_dir", "system.cache_dir", "system.result_dir", "db.image_dirs",
-              "db.annotation_files", "db.data_yaml", "db.voc_root"}
+# The system folders; the db paths are those the datasets declare (core/config/db_keys.py).
+NODE_LOCAL = {"system.data_dir", "system.cache_dir", "system.result_dir"}
 ARGS = ("start_iter", "initialize", "dry_run")  # the command-line values every rank must share
 SHOWN = 4  # differing keys named in the message; the rest are counted
 
@@ -33,7 +34,8 @@ def resolved(system: dict, db: dict, args: Any) -> dict[str, Any]:
     flat = {f"system.{k}": v for k, v in system.items()}
     flat.update({f"db.{k}": v for k, v in db.items()})
     flat.update({f"--{name.replace('_', '-')}": getattr(args, name, None) for name in ARGS})
-    flat = {k: v for k, v in flat.items() if k not in NODE_LOCAL}
+    local = NODE_LOCAL | path_keys()
+    flat = {k: v for k, v in flat.items() if k not in local}
     return json.loads(json.dumps(flat, sort_keys=True, default=str))
 
 

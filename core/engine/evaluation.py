@@ -23,8 +23,8 @@ import torch.distributed as dist
 
 from ..config.rules import check_decode_settings
 from ..dbs import DatasetError
+from ..deploy.network import InferenceNetwork
 from ..inference import DetectionRun, detect, results_folder, score
-from ..inference.network import InferenceNetwork
 from ..nnet.checkpoint import SNAPSHOT_FORMAT
 from .schedule import due
 

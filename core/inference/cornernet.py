@@ -24,7 +24,7 @@ from .timing import StageTimer
 if TYPE_CHECKING:
     from core.dbs.detection import DETECTION
 
-    from .network import Network
+    from .protocol import Network
 
 # Every input side is `k * 128 - 1`, as in the original (crop_image to `side | 127`).
 GRID_MASK = 127

@@ -25,7 +25,7 @@ from .cornernet import nms_config, per_class_nms
 if TYPE_CHECKING:
     from core.dbs.detection import DETECTION
 
-    from .network import Network
+    from .protocol import Network
 
 DECODE_BATCH = 32
 # Crops are never zoomed in beyond this, nor from locations already zoomed beyond MAX_SOURCE_ZOOM.

@@ -33,7 +33,7 @@ from .timing import StageTimer
 if TYPE_CHECKING:
     from core.dbs.detection import DETECTION
 
-    from .network import Network
+    from .protocol import Network
 
 # Prepared images waiting in the reader's queue, per image of a batch (at least 4).
 READ_AHEAD_BATCHES = 2

@@ -42,6 +42,10 @@ cornernet_saccade adds:
 
 Dense targets are rendered from these records on the training device by
 `core.sample.render.render_targets`.
+
+Each sampling function declares its batch layout, `layouts[name](db.configs)`: key -> (shape of
+one image's array, dtype), from which it allocates its batch; `image_bytes` is what one image
+takes in a prefetch ring slot (core/data/ring.py), read from that declaration.
 """
 
 from __future__ import annotations
@@ -49,12 +53,28 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import numpy as np
+
 from core.errors import lookup
-from core.sample.cornernet import cornernet, cornernet_batch
-from core.sample.cornernet_saccade import cornernet_saccade, cornernet_saccade_batch
+from core.sample.cornernet import Layout, cornernet, cornernet_batch, cornernet_layout
+from core.sample.cornernet_saccade import (
+    cornernet_saccade,
+    cornernet_saccade_batch,
+    cornernet_saccade_layout,
+)
 
 samplers = {"cornernet": cornernet_batch, "cornernet_saccade": cornernet_saccade_batch}
+layouts: dict[str, Callable[[dict], Layout]] = {"cornernet": cornernet_layout,
+                                                "cornernet_saccade": cornernet_saccade_layout}
 data_sampling_func = {"cornernet": cornernet, "cornernet_saccade": cornernet_saccade}
+
+
+def image_bytes(configs: dict, name: str) -> int:
+    """Bytes one image takes in a batch of sampling function `name`: the sum over its declared
+    layout (`layouts`) of each array's elements times its item size."""
+    layout = lookup(layouts, name, "sampling function")(configs)
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+               for shape, dtype in layout.values())
 
 
 def sampler(name: str, strict_images: bool = False) -> Callable:
@@ -64,5 +84,6 @@ def sampler(name: str, strict_images: bool = False) -> Callable:
     return functools.partial(build, strict_images=strict_images)
 
 
-__all__ = ["cornernet", "cornernet_batch", "cornernet_saccade", "cornernet_saccade_batch",
-           "data_sampling_func", "sampler", "samplers"]
+__all__ = ["Layout", "cornernet", "cornernet_batch", "cornernet_saccade",
+           "cornernet_saccade_batch", "data_sampling_func", "image_bytes", "layouts", "sampler",
+           "samplers"]

@@ -33,28 +33,43 @@ if TYPE_CHECKING:
 Fill = Callable[[dict, int, np.ndarray, np.ndarray, dict], None]
 
 
-def allocate(configs: dict, batch_size: int) -> dict[str, np.ndarray]:
-    """The zeroed arrays every sampler ships (shapes in the `core.sample` docstring)."""
+# A sampling function's batch layout: key -> (shape of one image's array, dtype); the batch's
+# arrays are these with the batch size B in front. The one source of both the arrays a sampler
+# allocates and the bytes a prefetch ring slot takes (`core.sample.image_bytes`).
+Layout = dict[str, tuple[tuple[int, ...], type]]
+
+
+def cornernet_layout(configs: dict) -> Layout:
+    """The arrays every sampler ships (shapes in the `core.sample` docstring)."""
     height, width = configs["input_size"]
     slots = configs["max_objects"]
     return {
-        "image": np.zeros((batch_size, height, width, 3), np.uint8),
-        "color": np.zeros((batch_size, 3, 4), np.float32),
-        "boxes": np.zeros((batch_size, slots, 4), np.float32),
-        "classes": np.zeros((batch_size, slots), np.int64),
-        "num_objects": np.zeros((batch_size,), np.int64),
+        "image": ((height, width, 3), np.uint8),
+        "color": ((3, 4), np.float32),
+        "boxes": ((slots, 4), np.float32),
+        "classes": ((slots,), np.int64),
+        "num_objects": ((), np.int64),
     }
 
 
-def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool,
-                 extra: dict[str, np.ndarray], fill: Fill) -> tuple[dict, int]:
+def allocate(layout: Layout, batch_size: int,
+             initial: dict[str, int] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of `layout` for `batch_size` images, zeroed (or filled with `initial[key]`)."""
+    initial = initial or {}
+    return {key: np.full((batch_size, *shape), initial.get(key, 0), dtype)
+            for key, (shape, dtype) in layout.items()}
+
+
+def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool, layout: Layout,
+                 fill: Fill, initial: dict[str, int] | None = None) -> tuple[dict, int]:
     """Build `batch_size` images from position `k_ind` of `db.db_inds`.
 
     Calls `db.shuffle_inds()` whenever the position wraps to 0. An image that raises ImageReadError
     is skipped and its path recorded in meta["skipped"] (re-raised under `strict_images`). Returns
-    the batch (the allocated arrays, `extra`, and "meta") and the next position.
+    the batch (the arrays of `layout`, `initial` as `allocate` takes it, and "meta") and the
+    next position.
     """
-    batch: dict[str, Any] = {**allocate(db.configs, batch_size), **extra}
+    batch: dict[str, Any] = allocate(layout, batch_size, initial)
     meta: dict[str, Any] = {"skipped": [], "dropped_objects": 0}
     db_size = db.db_inds.size
     slot = failures = 0
@@ -164,4 +179,4 @@ def cornernet_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: bool = Tr
             jitter = draw_color_jitter(db.rng, configs["lighting"])
         finish_image(batch, slot, db, jitter)
 
-    return sample_batch(db, k_ind, batch_size, strict_images, {}, fill)
+    return sample_batch(db, k_ind, batch_size, strict_images, cornernet_layout(configs), fill)

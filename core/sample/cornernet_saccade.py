@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from core.sample.cornernet import finish_image, output_ratio, put_objects, sample_batch
+from core.sample.cornernet import (
+    Layout,
+    cornernet_layout,
+    finish_image,
+    output_ratio,
+    put_objects,
+    sample_batch,
+)
 from core.sample.utils import (
     Placement,
     View,
@@ -105,6 +112,19 @@ def cornernet_saccade(system_config: SystemConfig, db: Any, k_ind: int, data_aug
                                    strict_images=system_config.strict_images)
 
 
+def cornernet_saccade_layout(configs: dict) -> Layout:
+    """CornerNet's arrays and Saccade's own: ignore boxes, their classes and count, attention
+    cells (shapes in the `core.sample` docstring)."""
+    slots = configs["max_objects"]
+    return {
+        **cornernet_layout(configs),
+        "ignore_boxes": ((slots, 4), np.float32),
+        "ignore_classes": ((slots,), np.int64),
+        "num_ignore": ((), np.int64),
+        "att_cells": ((len(configs["att_sizes"]), slots), np.int64),
+    }
+
+
 def cornernet_saccade_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: bool = True,
                             strict_images: bool = False) -> tuple[dict, int]:
     """CornerNet-Saccade batch of `batch_size` images from db.db_inds[k_ind:]; returns (batch,
@@ -121,12 +141,6 @@ def cornernet_saccade_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: b
     slots = configs["max_objects"]
     in_w = configs["input_size"][1]
     ratio = output_ratio(configs)
-    extra = {
-        "ignore_boxes": np.zeros((batch_size, slots, 4), np.float32),
-        "ignore_classes": np.zeros((batch_size, slots), np.int64),
-        "num_ignore": np.zeros((batch_size,), np.int64),
-        "att_cells": np.full((batch_size, len(configs["att_sizes"]), slots), -1, np.int64),
-    }
 
     def fill(batch: dict, slot: int, image: np.ndarray, detections: np.ndarray,
              meta: dict) -> None:
@@ -159,4 +173,5 @@ def cornernet_saccade_batch(db: Any, k_ind: int, batch_size: int, *, data_aug: b
         # rand_color nor lighting); so does this one, when augmenting.
         finish_image(batch, slot, db, draw_color_jitter(db.rng, True) if data_aug else None)
 
-    return sample_batch(db, k_ind, batch_size, strict_images, extra, fill)
+    return sample_batch(db, k_ind, batch_size, strict_images, cornernet_saccade_layout(configs),
+                        fill, initial={"att_cells": -1})

@@ -1,8 +1,10 @@
-"""The exported detector in OpenVINO's CPU plugin: `--runtime openvino`.
+"""The exported detector in OpenVINO's CPU plugin: the runtime "openvino" of the registry
+(core/deploy/runtimes.py), `--runtime openvino`.
 
 OpenVINO reads the .onnx file tools/export.py writes unchanged (its ONNX reader keeps the
 file's metadata under the model's "framework" runtime info), or an OpenVINO IR (.xml beside its
-.bin) written with that metadata, such as the INT8 file of core/inference/quantize.py. Either
+.bin) written with that metadata, such as its INT8 copy (`quantize_openvino`: `nncf.quantize`,
+written as `<name>.int8.xml`; core/deploy/quantize.py says what stays float). Either
 way the file passes the checks of the onnxruntime runtime: its config and class count, its
 snapshot identity, the decode settings baked into it and the input sizes it takes.
 
@@ -15,20 +17,28 @@ at either setting. The precision in effect is `OpenVinoNetwork.precision`.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.nnet.export import META_KEYS
+from core.deploy.export import CALIBRATION, META_KEYS
 
 from ..errors import UsageError
-from .onnx_runtime import CALIBRATION, PRECISIONS, OnnxNetwork, check_config
+from .onnx_runtime import OnnxNetwork, check_config
+from .quantize import calibration_record, head_output_convs, quiet
+from .runtimes import Int8, Runtime, register
 
 # Where OpenVINO's ONNX reader puts an ONNX file's metadata_props (and where IR files written
 # by this project keep them): the model's runtime info under this key.
 RT_SECTION = "framework"
+# f32 (equal to torch within the parity tolerance) or what the CPU plugin picks by default for
+# speed (bf16 on CPUs with bf16 units, else f32).
+PRECISIONS = ("f32", "default")
+# The operations an INT8 copy quantizes (with the inputs, outputs and constants they need).
+CONVOLUTIONS = {"Convolution", "GroupConvolution", "Parameter", "Result", "Constant"}
 
 
 class MissingOpenVino(UsageError):
@@ -121,3 +131,49 @@ class OpenVinoNetwork(OnnxNetwork):
         """The graph's outputs for a checked (B, 3, H, W) float32 input."""
         results = self.request.infer({0: pixels})
         return [np.array(results[output], copy=True) for output in self.compiled.outputs]
+
+
+def open_openvino(path: Path, system_config: Any, db_config: dict, device: str, precision: str,
+                  raw_weights: bool) -> OpenVinoNetwork:
+    """The registry's opener (`core.deploy.runtimes.Opener`)."""
+    return OpenVinoNetwork(path, str(system_config.snapshot_name), int(db_config["categories"]),
+                           device, precision)
+
+
+def file_metadata(path: Path) -> dict[str, Any]:
+    """The export metadata of an .onnx or IR .xml file alone."""
+    return model_metadata(read_model(path))
+
+
+def quantize_openvino(path: Path, out: Path, inputs: list[np.ndarray], split: str,
+                      scale: float, keep_float: str = "heads") -> dict[str, Any]:
+    """Write `out` (.xml and .bin), the NNCF INT8 copy of the exported file `path`, calibrated
+    on `inputs`; return its calibration record (also in its metadata)."""
+    import nncf
+    import onnx
+
+    ov = openvino()
+    excluded = head_output_convs(onnx.load(str(path))) if keep_float == "heads" else []
+    model = read_model(path)
+    meta = model_metadata(model)
+    # Convolutions only, as for onnxruntime: NNCF would also quantize the inputs of the
+    # decoding's and the corner pools' additions and comparisons (box coordinates in int8).
+    others = sorted({op.get_type_name() for op in model.get_ordered_ops()} - CONVOLUTIONS)
+    scope = nncf.IgnoredScope(patterns=[f"{name}(/.*)?" for name in excluded], types=others,
+                              validate=False)
+    nncf.set_log_level(logging.ERROR)
+    with quiet():
+        quantized = nncf.quantize(model, nncf.Dataset(inputs), subset_size=len(inputs),
+                                  ignored_scope=scope)
+    record = calibration_record(keep_float, excluded, f"nncf {nncf.__version__} quantize (OpenVINO "
+                     f"{ov.__version__.split('-')[0]})", len(inputs), split, scale)
+    set_model_metadata(quantized, {**meta, CALIBRATION: record})
+    ov.save_model(quantized, str(out), compress_to_fp16=False)
+    return record
+
+
+register(Runtime(
+    "openvino", "the file tools/export.py wrote (or its IR), in OpenVINO's CPU plugin",
+    PRECISIONS, open_openvino, suffixes=(".xml",), read_metadata=file_metadata,
+    unavailable=(MissingOpenVino,), exact=("f32",), rows={"cpu": ("f32", "default", "int8")},
+    int8=Int8(".int8.xml", quantize_openvino)))

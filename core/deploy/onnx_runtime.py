@@ -1,90 +1,38 @@
-"""The network test.py and demo.py run: torch eager, or an exported .onnx file in onnxruntime
-(or in OpenVINO: core/inference/openvino_runtime.py, which shares these checks).
+"""An exported .onnx file in onnxruntime: the runtime "onnxruntime" of the registry
+(core/deploy/runtimes.py); OpenVINO (core/deploy/openvino_runtime.py) shares its checks.
 
-Both runtimes answer `test(images, **decode_kwargs)` as `NetworkFactory.test` does, so one
-`detect()` loop, one inference per sampling function and one scorer serve both: only the network
-and the decoding (inside the graph) differ. The graph's metadata (see core/nnet/export.py) must
-name the config and class count being evaluated, and the decode settings it was exported with
-must be the ones asked for; anything else is a one-line error saying what to do.
+Its network answers `test(images, **decode_kwargs)` as torch's does, so one `detect()` loop, one
+inference per sampling function and one scorer serve every runtime: only the network and the
+decoding (inside the graph) differ. The graph's metadata (see core/deploy/export.py) must name
+the config and class count being evaluated, and the decode settings it was exported with must be
+the ones asked for; anything else is a one-line error saying what to do. That the file is the
+export of the snapshot asked for is checked for every exported runtime alike
+(core/deploy/identity.py).
 
-A file is also the export of one snapshot (`check_identity`): its iteration must be the one
-asked for (results are filed under it), its weight digest that of the snapshot's weights now
-(a retrained snapshot makes its old export stale), and its weights the ones asked for (the
-average, or the trained ones with --raw-weights). A file from before the identity was recorded
-is refused with the command that exports it again: nothing in it says which weights it holds.
+Its INT8 copy (`quantize_onnxruntime`, the registry's `int8` of this runtime) is
+`onnxruntime.quantization.quantize_static` in QDQ format (uint8 activations, int8 weights per
+output channel, min-max calibration), written as `<name>.int8.onnx`; core/deploy/quantize.py
+says what stays float and how it is calibrated.
 """
-
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.nnet.checkpoint import read_snapshot
-from core.nnet.export import (
-    IDENTITY_KEYS,
-    INPUT_NAME,
-    META_KEYS,
-    describe_sizes,
-    fits,
-    snapshot_weights,
-    weights_digest,
-)
+from core.deploy.export import CALIBRATION, INPUT_NAME, META_KEYS, describe_sizes, fits
 
 from ..errors import UsageError
-
-RUNTIMES = ("torch", "onnxruntime", "openvino")
-# The OpenVINO precisions: f32 (equal to torch within the parity tolerance) or what the CPU
-# plugin picks by default for speed (bf16 on CPUs with bf16 units, else f32).
-PRECISIONS = ("f32", "default")
-# Metadata an INT8 file adds to the export's (META_KEYS): how it was calibrated.
-CALIBRATION = "calibration"
+from .quantize import calibration_record, head_output_convs, quiet
+from .runtimes import Int8, Runtime, register
 
 
 class MissingOnnxRuntime(UsageError):
     """onnxruntime is not installed."""
-
-
-def onnx_file(system_config: Any, testiter: int | str) -> Path:
-    """Where tools/export.py writes the graph of snapshot `testiter`: beside the snapshot."""
-    return system_config.snapshot_file(testiter).with_suffix(".onnx")
-
-
-def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testiter: int | str,
-                   raw_weights: bool) -> None:
-    """A one-line UsageError unless the exported file `path` (metadata `meta`) holds the
-    weights of snapshot `testiter` that are asked for (see the module docstring). Without the
-    snapshot file (only the export was copied) the iteration alone is compared."""
-    export = (f"python tools/export.py {system_config.snapshot_name} --testiter {testiter}"
-              + (" --raw-weights" if raw_weights else ""))
-    missing = [key for key in IDENTITY_KEYS if key not in meta]
-    if missing:
-        raise UsageError(f"{path} was exported before exports recorded their snapshot "
-                         f"(no {', '.join(missing)} in its metadata), so it cannot be told "
-                         f"from another snapshot's: export it again with {export}")
-    if raw_weights and meta["weights"] != "raw":
-        raise UsageError(f"{path} holds the average of the weights, but --raw-weights asks for "
-                         f"the trained ones: export them with {export}")
-    snapshot_path = system_config.snapshot_file(testiter)
-    snapshot = read_snapshot(snapshot_path) if snapshot_path.is_file() else None
-    # Results are filed under an asked number; `best` is the iteration its snapshot records.
-    iteration = testiter if isinstance(testiter, int) or snapshot is None else \
-        snapshot.get("iteration", testiter)
-    if isinstance(iteration, int) and meta["iteration"] != iteration:
-        raise UsageError(f"{path} was exported from iteration {meta['iteration']}, not "
-                         f"iteration {iteration} (--testiter {testiter}): export iteration "
-                         f"{iteration} with {export}, or evaluate --testiter "
-                         f"{meta['iteration']}")
-    if snapshot is not None:
-        weights = snapshot_weights(snapshot, meta["weights"])
-        if not weights or weights_digest(weights) != meta["digest"]:
-            raise UsageError(f"{path} is stale: it was exported from iteration "
-                             f"{meta['iteration']}'s earlier weights, and {snapshot_path.name} "
-                             f"(iteration {iteration}) now holds other ones (trained again "
-                             f"since): export it again with {export}")
 
 
 def _ort() -> Any:
@@ -188,3 +136,64 @@ class OnnxNetwork:
     def infer(self, pixels: np.ndarray) -> list[np.ndarray]:
         """The graph's outputs for a checked (B, 3, H, W) float32 input."""
         return self.session.run(self.outputs, {INPUT_NAME: pixels})
+
+
+def file_metadata(path: Path) -> dict[str, Any]:
+    """The export metadata of the .onnx file `path` alone."""
+    return read_metadata(_ort().InferenceSession(str(path), providers=["CPUExecutionProvider"]))
+
+
+def open_onnx(path: Path, system_config: Any, db_config: dict, device: str, precision: str,
+              raw_weights: bool) -> OnnxNetwork:
+    """The registry's opener (`core.deploy.runtimes.Opener`); one precision, the file's own."""
+    return OnnxNetwork(path, str(system_config.snapshot_name), int(db_config["categories"]),
+                       device)
+
+
+def quantize_onnxruntime(path: Path, out: Path, inputs: list[np.ndarray], split: str,
+                         scale: float, keep_float: str = "heads") -> dict[str, Any]:
+    """Write `out`, the INT8 QDQ copy of the .onnx file `path` calibrated on `inputs`; return
+    its calibration record (also in its metadata)."""
+    import onnx
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+
+    proto = onnx.load(str(path))
+    excluded = head_output_convs(proto) if keep_float == "heads" else []
+
+    class Reader(CalibrationDataReader):
+        def __init__(self, batches: Iterable[np.ndarray]) -> None:
+            self.batches = iter(batches)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            batch = next(self.batches, None)
+            return None if batch is None else {INPUT_NAME: batch}
+
+    with quiet():
+        quantize_static(proto, str(out), Reader(inputs), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=True, op_types_to_quantize=["Conv"],
+                        nodes_to_exclude=excluded)
+    import onnxruntime
+
+    record = calibration_record(keep_float, excluded, f"onnxruntime {onnxruntime.__version__} "
+                     "quantize_static QDQ u8s8 per-channel min-max", len(inputs), split, scale)
+    quantized = onnx.load(str(out))
+    props = {prop.key: prop.value for prop in proto.metadata_props}
+    props[CALIBRATION] = json.dumps(record)
+    del quantized.metadata_props[:]
+    quantized.metadata_props.extend(onnx.StringStringEntryProto(key=key, value=value)
+                                    for key, value in props.items())
+    onnx.save(quantized, str(out))
+    return record
+
+
+register(Runtime(
+    "onnxruntime", "the file tools/export.py wrote, in onnxruntime", ("fp32",), open_onnx,
+    suffixes=(".onnx",), read_metadata=file_metadata, unavailable=(MissingOnnxRuntime,),
+    exact=("fp32",),
+    rows={"cpu": ("fp32", "int8")}, int8=Int8(".int8.onnx", quantize_onnxruntime)))

@@ -48,6 +48,8 @@ META_KEYS = ("config", "model", "categories", "decode", "size_rule", "outputs", 
              "weights", "digest", "max_side", "settings")
 # The keys that say which snapshot a file holds; a file without them predates them.
 IDENTITY_KEYS = ("iteration", "weights", "digest", "max_side")
+# Metadata an INT8 file adds to the export's (META_KEYS): how it was calibrated.
+CALIBRATION = "calibration"
 
 
 class ScanPool(nn.Module):

@@ -8,14 +8,14 @@ the training-time device rules do not apply: a snapshot trained with `system.syn
 training keeps float32 weights). The averaged weights are loaded into the model itself, so hooks
 on `model` (the decode timer of `detect`) see the weights that run.
 
-`Network` is what the inference code asks of any runtime; onnxruntime's `OnnxNetwork` answers it
-too.
+It answers `core.inference.protocol.Network`, as every runtime's network does; it is the
+runtime "torch" of the registry (core/deploy/runtimes.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 from torch import nn
@@ -26,18 +26,9 @@ from ..errors import UserMistake
 from ..models import build_model, load_original_state_dict, strip_module_prefix
 from ..nnet.checkpoint import SNAPSHOT_FORMAT, config_difference, plain, read_snapshot
 from ..utils.device import resolve_device
+from .runtimes import Runtime, register
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-class Network(Protocol):
-    """A detector ready to test: `device` is where its inputs go, `test(images (B, 3, H, W)
-    float32, **decode_kwargs)` returns `(detections (B, num_dets, 8),)`, with the attention
-    maps as a second item for a model with attention heads."""
-
-    device: torch.device
-
-    def test(self, images: torch.Tensor, **kwargs: Any) -> tuple: ...
 
 
 def snapshot_config(snapshot: dict, path: Path) -> tuple[SystemConfig, dict]:
@@ -144,6 +135,13 @@ class InferenceNetwork:
         """Whether the test path runs through torch.compile (`compile`)."""
         return self._forward is not self.model
 
+    @property
+    def precision(self) -> str | None:
+        """What the test path runs in, where it is not float32 eager: "bf16" or "fp16"
+        (autocast), "compile" (torch.compile), or both; None for float32 eager."""
+        parts = [name for name, dtype in AMP_DTYPES.items() if dtype is self._amp]
+        return " ".join(parts + (["compile"] if self.compiled else [])) or None
+
     @torch.no_grad()
     def test(self, image: torch.Tensor, **kwargs: Any) -> Any:
         """The model's test path `model(image, test=True, **kwargs)` on this device."""
@@ -176,3 +174,21 @@ def _first_line(err: BaseException) -> str:
         return f"{type(inner).__name__}: {_first_line(inner)}"
     text = str(err).strip()
     return text.splitlines()[0][:200] if text else type(err).__name__
+
+
+def open_snapshot(path: Path, system_config: SystemConfig, db_config: dict, device: str,
+                  precision: str, raw_weights: bool) -> InferenceNetwork:
+    """The registry's opener (`core.deploy.runtimes.Opener`) of the runtime "torch": "config"
+    runs as `system.amp` says, "fp32" in float32 whatever it says, "bf16" under bf16 autocast,
+    "compile" through torch.compile in float32."""
+    network = InferenceNetwork.from_file(path, system_config, db_config, device, raw_weights)
+    if precision == "config":
+        return network
+    network.set_autocast(precision if precision in AMP_DTYPES else None)
+    return network.compile() if precision == "compile" else network
+
+
+register(Runtime(
+    "torch", "the snapshot itself, in torch", ("config", "fp32", "bf16", "compile"),
+    open_snapshot, exported=False, unavailable=(CompileUnavailable,), exact=("fp32", "compile"),
+    rows={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "compile")}))
