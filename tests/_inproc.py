@@ -1,4 +1,5 @@
-"""Run a script (train.py, test.py, demo.py, a tool) in this process, as `python <script>` would.
+"""Run a script (train.py, test.py, demo.py, a tool, a bench script) in this process, as
+`python <script>` would.
 
 A real process pays a new interpreter's start on every run: torch and cv2 imported again, the
 forkserver of the prefetch workers started again. That start, not the training, was nearly all
@@ -23,6 +24,7 @@ real processes here too, forked from the one forkserver this test process keeps.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -40,6 +42,13 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# The checkout's entry scripts: each is `main` of a command module (cornernet/commands/), which
+# the run calls directly; any other file (bench/) is executed as `__main__`.
+COMMANDS = {"train.py": "train", "test.py": "test", "demo.py": "predict",
+            "tools/export.py": "export", "tools/analyze_results.py": "analyze_results",
+            "tools/analyze_model.py": "analyze_model", "tools/check_data.py": "check",
+            "tools/convert.py": "convert", "tools/benchmark.py": "benchmark",
+            "tools/submit.py": "submit", "tools/plot_metrics.py": "plot"}
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -109,6 +118,16 @@ class _Saved:
         root.setLevel(self.log_level)
 
 
+def _execute(path: Path, args: list[str]) -> int:
+    """An entry script's command `main` (its exit status), or any other file as `__main__`."""
+    name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
+    if name in COMMANDS:
+        module = importlib.import_module(f"cornernet.commands.{COMMANDS[name]}")
+        return module.main(args, prog=name)
+    runpy.run_path(str(path), run_name="__main__")
+    return 0
+
+
 def run_script(script: str | Path, *args: object, env: dict[str, str] | None = None,
                cwd: Path | None = None, threads: int | None = None) -> Completed:
     """`python <script> <args>` in this process; returns its status and output.
@@ -141,8 +160,7 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
             try:
-                runpy.run_path(str(path), run_name="__main__")
-                status = 0
+                status = _execute(path, argv[1:])
             except SystemExit as exit_:
                 status = _status(exit_.code, err)
             except KeyboardInterrupt:

@@ -158,7 +158,7 @@ def test_rolling_snapshots_never_push_periodic_ones_out(tmp_path):
 RUNNER = """
 import json, os, sys
 sys.path.insert(0, {repo!r})
-import train
+from cornernet.commands import train
 from core.engine import preempt
 
 class FakeClock(preempt.SnapshotClock):

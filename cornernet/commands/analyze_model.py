@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """What a config's model costs.
 
-    python tools/analyze_model.py <Cfg> [--test-size H W] [--device D] [--json PATH]
+    cornernet analyze model <Cfg> [--test-size H W] [--device D] [--json PATH]
 
 Prints the parameters (total, trainable under system.freeze, per top-level module), the FLOPs of
 one forward of one image at the test input size (default 511 x 511, the size CornerNet-Lite's
@@ -14,15 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
 
 from core.config import CONFIG_DIR, SystemConfig, load_config
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.models import build_model
 from core.models.fit import check_input_fit
 from core.nnet.cost import (
@@ -33,9 +30,12 @@ from core.nnet.cost import (
 )
 from core.nnet.freeze import freeze
 
+PROG = "cornernet analyze model"
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Parameters, FLOPs and activation memory of "
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Parameters, FLOPs and activation memory of "
                                                  "a config's model")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--test-size", type=int, nargs=2, default=[511, 511],
@@ -84,7 +84,8 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(args: argparse.Namespace) -> dict:
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     check_input_fit(system_config.model_name, args.test_size,
                     "--test-size")
@@ -95,5 +96,10 @@ def main(args: argparse.Namespace) -> dict:
     return report
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(lambda: main(parse_args())))
+    sys.exit(main())

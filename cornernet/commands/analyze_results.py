@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """What limits a snapshot's AP: the COCO error breakdown and a confusion matrix.
 
-    python tools/analyze_results.py <Cfg> [--testiter N|best] [--split S] [--suffix X]
+    cornernet analyze results <Cfg> [--testiter N|best] [--split S] [--suffix X]
                                     [--score-thresh T] [--iou-thresh U]
 
 Reads the results folder that `test.py <Cfg>` (or the evaluation during training) wrote,
@@ -22,17 +21,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup, snapshot_arg
 from core.config.rules import unit_interval
 from core.dbs import datasets
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 from core.inference import results_folder
 from core.inference.error_analysis import (
@@ -48,8 +45,12 @@ from core.utils.files import write_file_atomic
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Error breakdown and confusion matrix of a "
+PROG = "cornernet analyze results"
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Error breakdown and confusion matrix of a "
                                                  "test.py results folder")
     parser.add_argument("cfg_file", help="config name in configs/")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
@@ -95,7 +96,8 @@ def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) 
         pyplot.close(figure)
 
 
-def main(args: argparse.Namespace) -> dict:
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     try:
         import matplotlib  # noqa: F401 - checked before the work
     except ImportError:
@@ -145,5 +147,10 @@ def main(args: argparse.Namespace) -> dict:
     return analysis
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(lambda: main(parse_args())))
+    sys.exit(main())

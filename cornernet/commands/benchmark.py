@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Every runtime and precision of one snapshot in one table: AP, AP50, ms per image, size, check.
 
-    python tools/benchmark.py <Cfg> [--testiter N|best] [--images N] [--threads 1 2]
+    cornernet benchmark <Cfg> [--testiter N|best] [--images N] [--threads 1 2]
                               [--device cpu|cuda] [--batch 1 8] [--rows RUNTIME:PRECISION ...]
                               [--calib-images N] [--calib-split SPLIT] [--keep-float heads|none]
                               [--reps 3] [--json PATH] [--min-ap AP]
@@ -9,7 +8,7 @@
 Rows on a CPU: torch fp32 and bf16 (autocast), onnxruntime fp32 and int8, OpenVINO f32, default
 (the CPU plugin's choice: bf16 where the CPU has bf16 units) and int8; on a GPU (--device, the
 default where there is one): torch fp32, bf16 and compile (torch.compile, float32), which a CPU
-runs too when named in --rows. The .onnx file is exported (tools/export.py, which checks it
+runs too when named in --rows. The .onnx file is exported (`cornernet export`, which checks it
 against torch) when missing or stale, the INT8 files are made from it (core/inference/
 quantize.py, calibrated on --calib-images training images) when missing. Every row then:
 
@@ -37,23 +36,20 @@ import io
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cv2
 import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import datasets
-from core.engine.cli import run_cli
+from core.engine.cli import describe, exit_status, keeps_process
 from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
@@ -79,11 +75,11 @@ GPU_ROWS = ("torch:fp32", "torch:bf16", "torch:compile")
 EXACT = ("fp32", "f32", "compile")  # compile: torch.compile in float32
 UNAVAILABLE = (ImportError, MissingOnnxRuntime, MissingOpenVino, CompileUnavailable)
 AP_LOSS = 0.01  # a reduced precision passes within this AP of torch fp32
-ROOT = Path(__file__).resolve().parent.parent
+PROG = "cornernet benchmark"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG, description=__doc__.splitlines()[0])
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best' (default: system.max_iter)")
@@ -153,14 +149,14 @@ def prepare_files(args: argparse.Namespace, system_config: Any, testiter: Any,
     onnx = onnx_file(system_config, testiter)
     if not holds_snapshot(onnx, system_config, testiter) and \
             any(not row.startswith("torch") for row in rows):
-        print(f"exporting {onnx} (tools/export.py) ...", flush=True)
-        done = subprocess.run([sys.executable, str(ROOT / "tools" / "export.py"),
-                               args.cfg_file, "--testiter", str(testiter), "--config-dir",
-                               str(args.config_dir)], capture_output=True, text=True,
-                              check=False)
-        print(done.stdout.strip())
-        if done.returncode != 0:
-            why = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        print(f"exporting {onnx} (cornernet export) ...", flush=True)
+        from . import export  # in this process: the same command, no script path needed
+
+        try:
+            export.run(export.parse_args([args.cfg_file, "--testiter", str(testiter),
+                                          "--config-dir", str(args.config_dir)]))
+        except Exception as err:  # noqa: BLE001 - a failed export is a row's "failed: ..."
+            why = describe(err)[1].strip().splitlines()[0] or type(err).__name__
             return {row: f"failed: export: {why}" for row in rows if not row.startswith("torch")}
     for row in rows:
         if row.endswith(":int8"):
@@ -323,9 +319,9 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The benchmark; returns the exit status (1 when --min-ap is not met)."""
-    args = parse_args(argv)
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
+    """The benchmark; returns its rows (runtime, precision, AP, AP50, ms, size_mb, check)."""
     print(cpu_line())
     try:
         args.device = resolve_device(args.device)
@@ -369,13 +365,19 @@ def main(argv: list[str] | None = None) -> int:
                                                                 args.batch)])
 
 
-def finish(args: argparse.Namespace, results: list[dict[str, Any]], columns: list[str]) -> int:
-    """Print the table (and write the JSON); the exit status of --min-ap."""
+def finish(args: argparse.Namespace, results: list[dict[str, Any]],
+           columns: list[str]) -> list[dict[str, Any]]:
+    """Print the table (and write the JSON); returns the rows."""
     print(table(results, columns))
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
         print(f"wrote {args.json}")
+    return results
+
+
+def below_min_ap(args: argparse.Namespace, results: list[dict[str, Any]]) -> int:
+    """1 (said on stderr) when a row's AP is below --min-ap, else 0."""
     if args.min_ap is not None:
         low = [f"{r['runtime']} {r['precision']}" for r in results
                if (r["AP"] is not None and r["AP"] < args.min_ap)
@@ -396,10 +398,12 @@ def _first_line(err: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
-def _exit(status: int) -> None:
-    if status:
-        sys.exit(status)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table, 1 when --min-ap is not met."""
+    rows: list[dict[str, Any]] = []
+    args = parse_args(argv, prog)
+    return exit_status(lambda: rows.extend(run(args))) or below_min_ap(args, rows)
 
 
 if __name__ == "__main__":
-    run_cli(lambda: _exit(main()))
+    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Look at a config's data before training: counts, problems, and what the network is shown.
 
-    python tools/check_data.py <Cfg> [--splits train val] [--out DIR] [--batch-images 4]
+    cornernet check <Cfg> [--splits train val] [--out DIR] [--batch-images 4]
 
 For each split (by default the config's train_split and val_split) it prints and writes to
 <out>/report.json (default <result_dir>/<Cfg>/check/): images, objects, objects per class and
@@ -19,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +27,15 @@ import numpy as np
 from core.config import CONFIG_DIR, load_config, lookup
 from core.data.check import across_splits, save_batch_picture, split_report
 from core.dbs import datasets
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.sample import sampler
 
+PROG = "cornernet check"
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Check a config's data before training")
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Check a config's data before training")
     parser.add_argument("cfg_file", help="config name in configs/")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--splits", nargs="+", default=None,
@@ -101,8 +105,8 @@ def summary(split: str, report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     splits = args.splits or list(dict.fromkeys([system_config.train_split,
@@ -134,5 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(main())

@@ -1,9 +1,8 @@
-#!/usr/bin/env python
 """Convert detection labels between YOLO txt, Pascal VOC xml and COCO json.
 
-    python tools/convert.py yolo2coco <data.yaml> <split> <out.json>
-    python tools/convert.py voc2coco <voc_root> <split> <out.json> [--names a b ...]
-    python tools/convert.py coco2yolo <instances.json> <image folder> <out folder> [--split S]
+    cornernet convert yolo2coco <data.yaml> <split> <out.json>
+    cornernet convert voc2coco <voc_root> <split> <out.json> [--names a b ...]
+    cornernet convert coco2yolo <instances.json> <image folder> <out folder> [--split S]
 
 The readers are the datasets' own (core/dbs/yolo.py, voc.py): the same rules, the same messages
 for bad lines. COCO json gets category ids 1..C in the order of the names, boxes in pixels, VOC's
@@ -20,6 +19,8 @@ import argparse
 import json
 import os
 import shutil
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from core.dbs.coco import parse_instances
@@ -27,12 +28,15 @@ from core.dbs.converted import Problems
 from core.dbs.detection import DatasetError
 from core.dbs.voc import read_split as read_voc
 from core.dbs.yolo import read_split as read_yolo
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 
+PROG = "cornernet convert"
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Convert YOLO / VOC / COCO detection labels")
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Convert YOLO / VOC / COCO detection labels")
     commands = parser.add_subparsers(dest="command", required=True)
     yolo = commands.add_parser("yolo2coco", help="a YOLO split to a COCO instances json")
     yolo.add_argument("data_yaml", type=Path)
@@ -101,8 +105,8 @@ def to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: bool) 
           f"{len(parsed['crowds'])} crowd regions left out (YOLO has none)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> None:
     problems = Problems(strict=False)
     try:
         if args.command == "yolo2coco":
@@ -116,5 +120,10 @@ def main(argv: list[str] | None = None) -> None:
         raise UsageError(str(err)) from None
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Export a snapshot as one ONNX graph with the decoding inside, then check it.
 
-    python tools/export.py <Cfg> [--testiter N|best] [--out PATH] [--opset K] [--image IMG]
+    cornernet export <Cfg> [--testiter N|best] [--out PATH] [--opset K] [--image IMG]
                            [--raw-weights] [--max-map N]
 
 Writes cache/nnet/<Cfg>/<Cfg>_<iter>.onnx (or --out): input `image` (B, 3, H, W) float32,
@@ -20,10 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cv2
 import numpy as np
@@ -31,7 +28,7 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import DatasetError, datasets
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.network import InferenceNetwork
@@ -64,8 +61,12 @@ DEFAULT_OPSET = 18
 OPSETS = range(18, 24)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Export a snapshot to ONNX and check it")
+PROG = "cornernet export"
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Export a snapshot to ONNX and check it")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best' (default: system.max_iter)")
@@ -120,7 +121,8 @@ def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
                      "name one with --image")
 
 
-def main(args: argparse.Namespace) -> Path:
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     _require_extra()
     if args.openvino:
         openvino()  # one line now when it is missing, not after the minutes of export
@@ -211,5 +213,10 @@ def _outputs(found: object, with_att: bool) -> list[np.ndarray]:
     return [found[0].numpy()]
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    sys.exit(run_cli(lambda: main(parse_args())))
+    sys.exit(main())

@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Plot a run's curves from its metrics file.
 
-    python tools/plot_metrics.py <Cfg | path/to/metrics.jsonl> [--out PNG] [--cache-dir DIR]
+    cornernet plot <Cfg | path/to/metrics.jsonl> [--out PNG] [--cache-dir DIR]
 
 Reads cache/nnet/<Cfg>/metrics.jsonl (one JSON object a line, written by train.py) and writes
 a PNG, by default metrics.png beside it, with a panel for each of: the loss terms and the total
@@ -16,10 +15,8 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from core.config import load_config
 from core.engine.cli import report
@@ -53,8 +50,12 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
     return system_config.snapshot_dir / "metrics.jsonl"
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Plot the loss terms, learning rate and "
+PROG = "cornernet plot"
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Plot the loss terms, learning rate and "
                                      "validation AP of a run against iteration")
     parser.add_argument("target", help="config name (reads cache/nnet/<Cfg>/metrics.jsonl) or "
                                        "the path of a metrics.jsonl file")
@@ -64,21 +65,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
+    """Draw the curves; returns the PNG written."""
     try:
-        try:
-            import matplotlib  # noqa: F401 - only to say how to get it
-        except ImportError:
-            raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
-        path = metrics_path(args.target, args.cache_dir)
-        curves = select_curves(read_metrics(path), path,
-                               lambda line: print(line, file=sys.stderr))
-        out = args.out or path.with_name("metrics.png")
-        plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
+        import matplotlib  # noqa: F401 - only to say how to get it
+    except ImportError:
+        raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
+    path = metrics_path(args.target, args.cache_dir)
+    curves = select_curves(read_metrics(path), path,
+                           lambda line: print(line, file=sys.stderr))
+    out = args.out or path.with_name("metrics.png")
+    plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
+    log(f"wrote {out}")
+    return out
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    try:
+        run(parse_args(argv, prog))
     except Exception as err:  # noqa: BLE001 - one report, by the project's table
         return report(err, argv)
-    print(f"wrote {out}")
     return 0
 
 

@@ -1,9 +1,9 @@
-#!/usr/bin/env python3
-"""Detect objects in pictures, folders, globs, videos, cameras and streams, and draw them.
+"""`cornernet predict` (demo.py): detect objects in pictures, folders, globs, videos, cameras and
+streams, and draw them.
 
-python demo.py <Cfg> --testiter N|best --images a.jpg folder/ 'shots/*.png' clip.mp4 --out DIR
-python demo.py --snapshot cache/nnet/<Cfg>/<Cfg>_best.pkl --images 0 --out DIR      (camera 0)
-python demo.py --runtime onnxruntime --onnx model.onnx --images rtsp://... --out DIR
+cornernet predict <Cfg> --testiter N|best --images a.jpg folder/ 'shots/*.png' clip.mp4 --out DIR
+cornernet predict --snapshot cache/nnet/<Cfg>/<Cfg>_best.pkl --images 0 --out DIR   (camera 0)
+cornernet predict --runtime onnxruntime --onnx model.onnx --images rtsp://... --out DIR
 
 Writes into DIR: <name>.jpg for every readable picture and <name>.mp4 for every video, camera or
 stream (same frame rate and size), with boxes, class names and scores above --thresh, and
@@ -15,8 +15,10 @@ x_png.jpg. Ctrl-C finishes the current frame and closes the outputs, so that the
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, add_set_arg, load_config, snapshot_arg
 from core.config.rules import unit_interval
 from core.dbs.detection import DETECTION
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
 from core.inference.runtimes import add_runtime_args, open_network
@@ -42,8 +44,12 @@ JSON_LINES = "detections.jsonl"
 DRAWN = ".demo-drawn"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Draw the detections of a snapshot")
+PROG = "cornernet predict"
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Draw the detections of a snapshot")
     parser.add_argument("cfg_file", nargs="?", default=None,
                         help="config name in configs/, e.g. CornerNet_Squeeze (not needed with "
                              "--snapshot, or with --onnx of an exported file)")
@@ -157,7 +163,9 @@ def drawn_before(images: list[str]) -> set[Path]:
     return drawn
 
 
-def main(args: argparse.Namespace) -> list[Path]:
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Path]:
+    """Detect and draw as the options say; returns the pictures and videos written."""
     drawn = drawn_before(args.images)
     sources = [s for s in expand_sources(args.images) if s not in drawn]
     try:  # an unwritable --out is found now, not after the first image
@@ -165,7 +173,7 @@ def main(args: argparse.Namespace) -> list[Path]:
     except StorageError as err:
         raise UsageError(str(err)) from None
     detector = open_detector(args)
-    print("weights: " + ("the average (system.ema_decay)"
+    log("weights: " + ("the average (system.ema_decay)"
                          if detector.network.evaluated_weights == "ema" else "the trained ones"))
     # Ctrl-C or SIGTERM: stop after the current frame, so that the outputs close and play.
     outputs, stop = Outputs(args.out, sources), StopRequest()
@@ -209,7 +217,7 @@ def main(args: argparse.Namespace) -> list[Path]:
         with open(args.out / DRAWN, "a") as listing:  # never taken for inputs by a later run
             listing.writelines(f"{path.name}\n" for path in (*written, outputs.json_path))
     seconds = time.perf_counter() - start
-    print(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
+    log(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
           f"{outputs.json_path}; {count / max(seconds, 1e-9):.1f} frames/s"
           + (f"; unreadable: {', '.join(bad)}" if bad else ""))
     if stop():
@@ -219,6 +227,13 @@ def main(args: argparse.Namespace) -> list[Path]:
     return written
 
 
+ON_STOP = "the outputs so far are closed and complete"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP)
+
+
 if __name__ == "__main__":
-    run_cli(lambda: main(parse_args()),
-            on_stop=lambda _: "the outputs so far are closed and complete")
+    sys.exit(main())

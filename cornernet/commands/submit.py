@@ -1,7 +1,6 @@
-#!/usr/bin/env python
 """Submit a training run to SLURM from Python with submitit (pip install -e ".[submitit]").
 
-    python tools/submit.py CornerNet_Squeeze --nodes 1 --gpus-per-node 4 --hours 24 \\
+    cornernet submit CornerNet_Squeeze --nodes 1 --gpus-per-node 4 --hours 24 \\
         --partition gpu [--slurm account=myproject] [-- more train.py options]
 
 One task per GPU; each task is one rank of `train.py <Cfg> --distributed --iter latest` (srun
@@ -25,15 +24,12 @@ import io
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(REPO))
-
-from core.config import CONFIG_DIR, config_path  # after the line above
-from core.engine.cli import run_cli
+from core.config import CONFIG_DIR, config_path
+from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 
 RESUME_SIGNAL = "USR2"  # the signal submitit asks SLURM for (--signal=USR2@<delay>)
@@ -46,7 +42,7 @@ def _checkpointable() -> type:
     try:
         from submitit.helpers import Checkpointable
     except ImportError as err:
-        raise SystemExit('error: tools/submit.py needs submitit: pip install -e ".[submitit]"'
+        raise SystemExit('error: cornernet submit needs submitit: pip install -e ".[submitit]"'
                          ) from err
     return Checkpointable
 
@@ -62,9 +58,9 @@ class Training(_checkpointable()):
                 *self.train_args]
 
     def __call__(self) -> int:
-        sys.path.insert(0, str(REPO))
-        import train
         from core.engine.stop import RESUME_STATUS
+
+        from . import train
 
         submitits = signal.getsignal(signal.SIGUSR2)  # train.py takes USR2 over while it runs
         status = train.main(self.argv())
@@ -81,7 +77,7 @@ def executor(args: argparse.Namespace) -> Any:
     import cloudpickle
     import submitit
 
-    if __name__ != "__main__":  # imported: the tasks cannot import tools/submit.py by name
+    if __name__ != "__main__":  # imported: the tasks may not import this module by name
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ex = submitit.AutoExecutor(folder=args.folder, cluster="slurm",
                                slurm_max_num_timeout=args.max_requeues)
@@ -94,8 +90,12 @@ def executor(args: argparse.Namespace) -> Any:
     return ex
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+PROG = "cornernet submit"
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description=__doc__.splitlines()[0],
                                      epilog="after --: more train.py options")
     parser.add_argument("cfg", help="config name: configs/<cfg>.json")
     parser.add_argument("--nodes", type=int, default=1)
@@ -107,7 +107,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="SIGUSR2 this long before the limit (README: how long a stop takes)")
     parser.add_argument("--partition", default=None)
     parser.add_argument("--name", default=None, help="job name (default: the config)")
-    parser.add_argument("--folder", default=str(REPO / "cache" / "submitit" / "%j"),
+    parser.add_argument("--folder", default=str(Path("cache", "submitit", "%j")),
                         help="submitit's logs and pickles")
     parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
                         help="any other sbatch option, e.g. account=proj or mem=64G")
@@ -149,8 +149,8 @@ def first_words(err: BaseException) -> str:
     return (said or lines or [type(err).__name__])[-1]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+@keeps_process
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     config_path(args.cfg, config_dir(args.train_args))  # a name the tasks could not find: now
     said = io.StringIO()  # submitit copies sbatch's stderr here: the refusal is our one line
     try:
@@ -174,5 +174,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)))
+
+
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(main())

@@ -1,5 +1,6 @@
-#!/usr/bin/env python3
-"""Evaluate a snapshot: python test.py <Cfg> [--testiter N] [--split S] [--suffix X] [--vis N].
+"""`cornernet test` (test.py): evaluate a snapshot.
+
+    cornernet test <Cfg> [--testiter N|best|FILE] [--split S] [--suffix X] [--vis N]
 
 Runs the inference of `system.sampling_function` on every image of the split, writes
 results/<Cfg>/<iter>/<split>[/<suffix>]/results.json and, where the split has boxes, the 12 COCO
@@ -10,7 +11,9 @@ interrupted run continues where it stopped when run again with the same settings
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from core.config import (
 )
 from core.config.rules import unit_interval
 from core.dbs import datasets
-from core.engine.cli import run_cli
+from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 from core.inference import detect, results_folder, score
 from core.inference.coco_eval import BACKENDS, require_backend
@@ -51,8 +54,13 @@ WEIGHTS = {"ema": "the average of the weights (system.ema_decay; --raw-weights f
            "raw": "the trained weights"}
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Evaluate a CornerNet-Lite snapshot")
+PROG = "cornernet test"
+Log = Callable[[str], None]
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Evaluate a CornerNet-Lite snapshot")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration, or 'best' for the snapshot with the highest "
@@ -143,7 +151,10 @@ def check_writable(folder: Path) -> None:
                          "writable or set system.result_dir") from None
 
 
-def main(args: argparse.Namespace) -> dict | None:
+@keeps_process
+def run(args: argparse.Namespace, log: Log = print) -> dict | None:
+    """Evaluate as the options say; returns the COCO metrics written to metrics.json (None for
+    a split without boxes or with --backend none)."""
     system_config, db_config = load_config(settings_name(args), args.config_dir,
                                            overrides=args.overrides)
     # A suffix config holds other test settings for the same network and snapshots.
@@ -157,33 +168,34 @@ def main(args: argparse.Namespace) -> dict | None:
     if split == "testdev" and system_config.dataset == "COCO":
         db_config = official_testdev(system_config, db_config)
 
-    # Everything that can fail is checked before the network is built and the long part starts.
+    # Everything that can fail is checked before the network is built and the long part starts,
+    # the cheap first: the snapshot exists before the dataset is read (or generated).
+    if args.runtime == "torch":
+        require_snapshot(system_config, testiter, "train first or pick --testiter")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
     out_dir = results_folder(system_config, testiter, split, args.suffix)
     check_writable(out_dir)
     # Two runs on one results folder would interleave their journals: one at a time.
-    lock.acquire(out_dir, print, "use another --suffix or system.result_dir")
+    lock.acquire(out_dir, log, "use another --suffix or system.result_dir")
     try:
-        return evaluate(args, system_config, db, out_dir, testiter, split)
+        return evaluate(args, system_config, db, out_dir, testiter, split, log)
     finally:
         lock.release_all()
 
 
 def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
-             testiter: int | str, split: str) -> dict | None:
+             testiter: int | str, split: str, log: Log = print) -> dict | None:
     """Detect on the split's images (continuing a journal), then score and write results."""
     if db.has_annotations and args.backend != "none":
         require_backend(args.backend)
-    if args.runtime == "torch":
-        require_snapshot(system_config, testiter, "train first or pick --testiter")
     batch_size = args.batch or system_config.test_batch_size
     inds = [int(ind) for ind in db.db_inds[:args.images]]
     if not inds:
         raise UsageError(f"split '{split}' has no images ({db.annotation_file})")
     image_ids = [db.image_id(ind) for ind in inds]
     nnet, journal, done = open_run(args, system_config, db, testiter, split, out_dir,
-                                   image_ids, batch_size)
+                                   image_ids, batch_size, log)
     pictures = Pictures(db, inds[:args.vis], out_dir / "vis", args.vis_thresh)
 
     def record(result: ImageResult) -> None:
@@ -194,7 +206,7 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
     run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
                  progress=True, batch_size=batch_size, on_image=record)
     seconds = time.perf_counter() - start
-    pictures.from_journal(done, set(run.image_ids), print)
+    pictures.from_journal(done, set(run.image_ids), log)
     journal.close()
     detections, unreadable = done.with_run(run)
 
@@ -203,23 +215,23 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
                     else "results.json")
     metrics = score(db, detections, out_dir, args.backend, image_ids=image_ids,
                     unreadable=unreadable, results_name=results_name,
-                    weights=nnet.evaluated_weights, class_table=True, log=print)
-    print(run.summary(seconds, nnet.device, time.perf_counter() - start))
+                    weights=nnet.evaluated_weights, class_table=True, log=log)
+    log(run.summary(seconds, nnet.device, time.perf_counter() - start))
     journal.remove()
     return metrics
 
 
 def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
              testiter: int | str, split: str, out_dir: Path, image_ids: list[int],
-             batch_size: int) -> tuple[Any, Journal, Done]:
+             batch_size: int, log: Log = print) -> tuple[Any, Journal, Done]:
     """The network, and the journal of these settings with what it already holds."""
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
                                     args.onnx, raw_weights=args.raw_weights,
                                     precision=args.precision)
     # OpenVINO's precision changes the results: a journal of another precision is not resumed.
     runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
-    print(f"loading {model_file} ({runtime})")
-    print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
+    log(f"loading {model_file} ({runtime})")
+    log(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
                    "snapshot": snapshot_identity(model_file), "runtime": runtime,
                    "split": split, "images": image_ids, "batch_size": batch_size,
@@ -228,11 +240,17 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
     journal, done, note = Journal.open(out_dir / JOURNAL, fingerprint, db.num_classes,
                                        args.resume)
     if note:
-        print(note)
+        log(note)
     return nnet, journal, done
 
 
+ON_STOP = "the detections made so far are kept; run the same command again to continue"
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    """The command: exit status of the one table (core/engine/cli.py)."""
+    return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP)
+
+
 if __name__ == "__main__":
-    run_cli(lambda: main(parse_args()),
-            on_stop=lambda _: "the detections made so far are kept; run the same command "
-                              "again to continue")
+    sys.exit(main())

@@ -1,40 +1,24 @@
-#!/usr/bin/env python
-"""Train a corner detector: python train.py <Cfg> [--iter N] [--workers W] [--initialize] ...
+"""`cornernet train` (train.py): train a corner detector.
+
+    cornernet train <Cfg> [--iter N] [--workers W] [--initialize] ...
 
 Iterations start+1 .. max_iter; the learning rate is a pure function of the iteration; rank 0
-writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continues exactly.
+writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continues exactly. The
+loop itself is core/engine/loop.py; this module is the command line around it.
 """
 
 from __future__ import annotations
 
-from core.engine.stop import catch_early
-
-# First, before the heavy imports below (seconds of torch and cv2): from here on a stop or resume
-# signal is remembered, and the run stops after its first iteration with a snapshot. (Imported,
-# train.py changes no handler: `launch` catches them then.)
-if __name__ == "__main__":
-    catch_early()
-
 import argparse
-import contextlib
 import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from tqdm import tqdm
+from core.config import CONFIG_DIR, add_set_arg
+from core.engine.cli import process_kept
 
-from core.config import CONFIG_DIR, SystemConfig, add_set_arg
-from core.engine.build import build, data_only
-from core.engine.launch import launch
-from core.engine.metrics import display_line
-from core.engine.schedule import due, learning_rate_at
-from core.engine.steps import validate
-from core.errors import Stopped
-from core.utils.peers import PeerWatch
-
-if TYPE_CHECKING:
-    import torch
+PROG = "cornernet train"
 
 
 def iteration_arg(text: str) -> str:
@@ -44,8 +28,9 @@ def iteration_arg(text: str) -> str:
     return text
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Train CornerNet, CornerNet-Squeeze, "
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog=prog or PROG,
+                                     description="Train CornerNet, CornerNet-Squeeze, "
                                      "CornerNet-Saccade or CornerNet-Tiny")
     parser.add_argument("cfg_file", help="config name: configs/<cfg_file>.json")
     parser.add_argument("--iter", dest="start_iter", default="0", type=iteration_arg,
@@ -82,61 +67,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
-          world: int, device: torch.device | str | None, distributed: bool,
-          watch: PeerWatch | None = None) -> int:
-    """Build everything for this rank and run the loop; returns the exit status."""
-    log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
-    if args.dry_run is not None:
-        return data_only(args, system_config, db_config, rank, world, device, log)
-    run = build(args, system_config, db_config, rank, world, device, distributed, log)
-    if args.initialize:
-        return run.write_initial()
-    nnet, config = run.nnet, system_config
-    with contextlib.ExitStack() as stack:
-        train_data, val_data = run.open_data(stack)
-        bar = stack.enter_context(tqdm(range(run.start + 1, config.max_iter + 1),
-                                       disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
-        metrics = run.open_metrics(stack, bar, db_config)
-        if watch is not None:
-            stack.callback(watch.close)
-        nnet.train_mode()
-        try:
-            for it in bar:
-                nnet.set_lr(lr := learning_rate_at(it, config))
-                # the step: one host sync inside (is the loss finite?); None: a skipped step
-                result = run.step(run.take(train_data), it)
-                run.iteration = it
-                # host sync on display iterations: the loss and the gradient norm are read
-                if result is not None and due(it, config.display):
-                    metrics.put(**run.display_values(result, lr))
-                    log(display_line(it, metrics.pending))
-                if val_data is not None and due(it, config.val_iter):
-                    metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))  # host sync
-                    log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
-                if run.evaluate.due(it):
-                    metrics.put(**run.evaluated(it))
-                metrics.write(it)
-                # host sync every iteration: one all-reduce of the stop request, the resume
-                # signal, the snapshot clock and the stopping rules (patience, deadline)
-                stopping, timed, patience, deadline = run.agree(it)
-                if stopping:  # its snapshot is written below, once
-                    raise Stopped(run.stop.signum)
-                if run.saver.due(it) or timed or patience or deadline:
-                    run.save(it)
-                if (patience or deadline) and it < config.max_iter:
-                    return run.limited(it, patience)
-        except Stopped:
-            metrics.write(run.iteration)  # what a stop inside the iteration left unwritten
-            bar.close()
-            return run.stopped()
-    log(run.summary())
-    return 0
+def run(options: argparse.Namespace, log: Callable[[str], None] = print,
+        outcome: dict | None = None) -> int:
+    """Train as the options say (in this process, spawned ranks, torchrun or srun); returns the
+    exit status (0: done, 75: stopped to be resumed, 128 + signal: stopped). The signal handlers,
+    thread count and environment are the caller's again afterwards.
+
+    `outcome` receives what a run in this process produced (core/engine/loop.py `train`); ranks
+    in processes of their own fill their own copies, so it stays empty for them."""
+    from core.engine.launch import launch
+    from core.engine.loop import train
+
+    with process_kept():
+        return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return launch(parse_args(argv), train, log=print)
+def main(argv: list[str] | None = None, prog: str | None = None) -> int:
+    return run(parse_args(argv, prog))
 
 
 if __name__ == "__main__":
+    from core.engine.stop import catch_early
+
+    catch_early()  # first, before the heavy imports: a stop signal is remembered from here on
     sys.exit(main())

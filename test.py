@@ -1,0 +1,13 @@
+#!/usr/bin/env python3
+"""Evaluate a snapshot: python test.py <Cfg> [--testiter N] [--split S] [--suffix X] [--vis N].
+
+The command is `cornernet test` (cornernet/commands/test.py); this file runs it from a checkout,
+as the original project's test.py was run.
+"""
+
+import sys
+
+from cornernet.commands.test import main
+
+if __name__ == "__main__":
+    sys.exit(main(prog="test.py"))
