@@ -185,9 +185,7 @@ def test_submit_wait_on_a_failed_job_is_one_line_with_exit_1(tmp_path, monkeypat
 
     monkeypatch.setattr(submit, "executor", lambda args: type(
         "Ex", (), {"submit": staticmethod(lambda training: FailedJob())})())
-    with pytest.raises(SystemExit) as caught:
-        submit.main(["CornerNet_Squeeze", "--wait", "--folder", str(tmp_path / "%j")])
-    assert caught.value.code == 1
+    assert submit.main(["CornerNet_Squeeze", "--wait", "--folder", str(tmp_path / "%j")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [(f"error: job 41 failed: submitit.core.utils.FailedJobError: error: rank 0: "
                    f"no images; its logs: {tmp_path / '41'}")]

@@ -121,7 +121,8 @@ def keeps_process(run: Callable[..., Any]) -> Callable[..., Any]:
 
 def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None,
                 argv: list[str] | None = None) -> int:
-    """Run a command's work and return the exit status its outcome calls for (the table above).
+    """Run a command's work and return the exit status its outcome calls for (the table above);
+    a SystemExit inside (argparse's usage error, --help) gives its status, as a process would.
 
     A stop signal ends it at once (`core.engine.stop`, the same rules as training's: a second
     Ctrl-C hurries, quietly); the signal handlers are the caller's again afterwards.
@@ -143,8 +144,19 @@ def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | Non
                 return 128 + stop.signum
             except Exception as err:  # noqa: BLE001 - every failure becomes a report
                 return report(err, sys.argv if argv is None else argv)
+            except SystemExit as done:  # argparse's usage errors and --help; an exit status
+                return _status(done.code)
         except KeyboardInterrupt:  # the second Ctrl-C, wherever it lands: the user will not wait
             return 128 + signal.SIGINT
+
+
+def _status(code: object) -> int:
+    """The exit status `sys.exit(code)` gives a process: None 0, an int itself, else 1 with the
+    object printed to stderr."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
 
 
 def run_cli(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None) -> None:

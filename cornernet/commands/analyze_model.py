@@ -15,20 +15,13 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, SystemConfig, load_config
 from core.engine.cli import exit_status, keeps_process
-from core.models import build_model
-from core.models.fit import check_input_fit
-from core.nnet.cost import (
-    cuda_step_peak_bytes,
-    forward_flops,
-    parameter_counts,
-    saved_activation_bytes,
-)
-from core.nnet.freeze import freeze
+
+if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no torch
+    import torch
 
 PROG = "cornernet analyze model"
 
@@ -40,8 +33,9 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--test-size", type=int, nargs=2, default=[511, 511],
                         metavar=("H", "W"), help="input of the test forward (default 511 511)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where the training step's activation memory is measured")
+    parser.add_argument("--device", default=None,
+                        help="where the training step's activation memory is measured: cpu, "
+                             "cuda or cuda:<index> (default: the GPU where there is one)")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
@@ -51,6 +45,17 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
 def analyze(system_config: SystemConfig, db_config: dict, test_size: tuple[int, int],
             device: torch.device) -> dict:
     """The numbers the tool prints, as a dict."""
+    import torch
+
+    from core.models import build_model
+    from core.nnet.cost import (
+        cuda_step_peak_bytes,
+        forward_flops,
+        parameter_counts,
+        saved_activation_bytes,
+    )
+    from core.nnet.freeze import freeze
+
     with torch.device("meta"):
         model = build_model(system_config.model_name, db_config["categories"])
     freeze(model, system_config.freeze)
@@ -86,10 +91,14 @@ def format_report(report: dict) -> str:
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+    from core.models.fit import check_input_fit
+    from core.utils.device import resolve_device
+
+    device = resolve_device(args.device)  # --device cuda without a GPU: one line, first
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     check_input_fit(system_config.model_name, args.test_size,
                     "--test-size")
-    report = analyze(system_config, db_config, tuple(args.test_size), torch.device(args.device))
+    report = analyze(system_config, db_config, tuple(args.test_size), device)
     print(format_report(report))
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=1))

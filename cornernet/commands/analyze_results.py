@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import CONFIG_DIR, load_config, lookup, snapshot_arg
+from core.config import CONFIG_DIR, SystemConfig, load_config, lookup, snapshot_arg
 from core.config.rules import unit_interval
 from core.dbs import datasets
 from core.engine.cli import exit_status, keeps_process
@@ -96,6 +96,22 @@ def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) 
         pyplot.close(figure)
 
 
+def missing_results(path: Path, args: argparse.Namespace, system_config: SystemConfig,
+                    testiter: int | str) -> str:
+    """The line for a results folder without `path`: the test command that writes it (with this
+    --split and --suffix), and which splits and suffixes of this snapshot were evaluated."""
+    command = (f"python test.py {args.cfg_file} --testiter {testiter} --split {args.split}"
+               + (f" --suffix {args.suffix}" if args.suffix else ""))
+    roles = {getattr(system_config, key): role for role, key in reversed(SPLITS.items())}
+    root, done = system_config.result_dir / str(testiter), []
+    for found in sorted(root.rglob("metrics.json")) if root.is_dir() else []:
+        split, *suffix = found.parent.relative_to(root).parts
+        done.append(f"--split {roles.get(split, split)}"
+                    + (f" --suffix {'/'.join(suffix)}" if suffix else ""))
+    return (f"{path} does not exist: run {command} first"
+            + (f" (this snapshot's results that exist: {', '.join(done)})" if done else ""))
+
+
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     try:
@@ -110,8 +126,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
     for path in (summary_file, results_file):
         if not path.is_file():
-            raise UsageError(f"{path} does not exist: run python test.py {args.cfg_file} "
-                             f"--testiter {testiter} first")
+            raise UsageError(missing_results(path, args, system_config, testiter))
     summary = read_json(summary_file, "the metrics file")
     if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
             and isinstance(summary.get("annotation_file"), str)):

@@ -400,9 +400,13 @@ def _first_line(err: BaseException) -> str:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table, 1 when --min-ap is not met."""
-    rows: list[dict[str, Any]] = []
-    args = parse_args(argv, prog)
-    return exit_status(lambda: rows.extend(run(args))) or below_min_ap(args, rows)
+    done: dict[str, Any] = {}
+
+    def work() -> None:
+        done["args"] = parse_args(argv, prog)
+        done["rows"] = run(done["args"])
+
+    return exit_status(work) or below_min_ap(done["args"], done["rows"])
 
 
 if __name__ == "__main__":

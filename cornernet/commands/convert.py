@@ -105,8 +105,21 @@ def to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: bool) 
           f"{len(parsed['crowds'])} crowd regions left out (YOLO has none)")
 
 
+def check_out(args: argparse.Namespace) -> None:
+    """The output is of the kind the conversion writes (a json file, a YOLO folder): a
+    UsageError in one line before anything is read."""
+    if args.command != "coco2yolo" and args.out.is_dir():
+        raise UsageError(f"{args.out} is a folder; {args.command} writes one COCO json file: "
+                         f"name it, e.g. {args.out / f'instances_{args.split}.json'}")
+    if args.command == "coco2yolo" and args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"{args.out} is a file; coco2yolo writes a YOLO folder (data.yaml, "
+                         "images/, labels/): name a folder")
+
+
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> None:
+def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
+    """Convert as the options say; returns what was written (the json, or the YOLO folder)."""
+    check_out(args)
     problems = Problems(strict=False)
     try:
         if args.command == "yolo2coco":
@@ -118,6 +131,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> None:
             to_yolo(args.annotations, args.images, args.out, args.split, args.copy)
     except (DatasetError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
+    return args.out
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -1,6 +1,6 @@
 """Export a snapshot as one ONNX graph with the decoding inside, then check it.
 
-    cornernet export <Cfg> [--testiter N|best] [--out PATH] [--opset K] [--image IMG]
+    cornernet export <Cfg> [--testiter N|best|FILE] [--out PATH] [--opset K] [--image IMG]
                            [--raw-weights] [--max-map N]
 
 Writes cache/nnet/<Cfg>/<Cfg>_<iter>.onnx (or --out): input `image` (B, 3, H, W) float32,
@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 import torch
 
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
+from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_or_file_arg
 from core.dbs import DatasetError, datasets
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
@@ -34,7 +34,7 @@ from core.inference.cornernet import decode_kwargs, network_input, resize_and_pa
 from core.inference.network import InferenceNetwork
 from core.inference.onnx_runtime import OnnxNetwork, onnx_file
 from core.inference.openvino_runtime import openvino, write_openvino_ir
-from core.nnet.checkpoint import plain, read_snapshot, require_snapshot
+from core.nnet.checkpoint import plain, read_snapshot, require_snapshot, snapshot_label
 from core.nnet.export import (
     DEFAULT_MAX_MAP,
     DeployGraph,
@@ -68,8 +68,9 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser = argparse.ArgumentParser(prog=prog or PROG,
                                      description="Export a snapshot to ONNX and check it")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration or 'best' (default: system.max_iter)")
+    parser.add_argument("--testiter", type=snapshot_or_file_arg, default=None,
+                        help="snapshot iteration, 'best', or a snapshot file of the config "
+                             "(<Cfg>_<iter>.pkl; default: system.max_iter)")
     parser.add_argument("--out", type=Path, default=None,
                         help="the .onnx file (default: beside the snapshot)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET,
@@ -127,7 +128,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     if args.openvino:
         openvino()  # one line now when it is missing, not after the minutes of export
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = system_config.max_iter if args.testiter is None else args.testiter
+    testiter = snapshot_label(system_config, system_config.max_iter if args.testiter is None
+                              else args.testiter)
     path = require_snapshot(system_config, testiter, "train first or pick --testiter")
     dataset = lookup(datasets, system_config.dataset, "dataset")
     try:
@@ -137,6 +139,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     out = args.out or onnx_file(system_config, testiter)
     network = InferenceNetwork(system_config, db.configs, device="cpu")
     model = network.model
+    rule = size_rule(model)
+    check_max_map(args.max_map, rule)  # before the snapshot is read and the export starts
     check_out(out, sum(p.numel() for p in model.parameters()))
     # The weights test.py evaluates: their average when the snapshot holds one (ema_decay).
     snapshot = read_snapshot(path)
@@ -148,11 +152,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     # The reference comes from the model as trained (cummax pools), before export swaps them.
     image, image_name = check_image(args, db)
     canvas = resize_and_pad(image, db.configs["test_scales"][0])[0]
+    check_max_map(args.max_map, rule, max(canvas.shape[:2]), image_name)
     batch = network_input(np.stack((canvas, cv2.flip(canvas, 1))), db.mean, db.std, "cpu")
     batch = batch.contiguous()
     reference = _outputs(network.test(batch, **settings), model.with_att)
 
-    rule = size_rule(model)
     graph = DeployGraph(model, settings, args.max_map)
     example = torch.zeros(2, 3, rule["multiple"] - 1, 2 * rule["multiple"] - 1)
     max_side = args.max_map * rule["stride"]
@@ -193,6 +197,21 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     if args.openvino:
         print(f"wrote {write_openvino_ir(out)} (OpenVINO IR, float32)")
     return out
+
+
+def check_max_map(max_map: int, rule: dict[str, int], side: int | None = None,
+                  image_name: str = "") -> None:
+    """--max-map against what the export feeds the graph: its example input (up to twice the
+    size multiple, less one) and the check image at the test scale (`side`); a UsageError in
+    one line with the smallest value that does, instead of torch.export's failure minutes on."""
+    stride = rule["stride"]
+    needed, what = 2 * rule["multiple"] - 1, "the export's example input"
+    if side is not None:
+        needed, what = side, f"{image_name} at the test scale"
+    if max_map * stride < needed:
+        raise UsageError(f"--max-map {max_map} makes a graph for inputs up to {max_map * stride} "
+                         f"pixels (output stride {stride}); {what} is {needed}: use --max-map "
+                         f"{-(-needed // stride)} or more (default {DEFAULT_MAX_MAP})")
 
 
 def check_out(out: Path, num_params: int) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import load_config
-from core.engine.cli import report
+from core.engine.cli import exit_status, keeps_process
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
 from core.engine.metrics import read_lines
 from core.errors import UsageError
@@ -65,6 +65,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     return parser.parse_args(argv)
 
 
+@keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     """Draw the curves; returns the PNG written."""
     try:
@@ -82,11 +83,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table (core/engine/cli.py)."""
-    try:
-        run(parse_args(argv, prog))
-    except Exception as err:  # noqa: BLE001 - one report, by the project's table
-        return report(err, argv)
-    return 0
+    return exit_status(lambda: run(parse_args(argv, prog)), argv=argv)
 
 
 if __name__ == "__main__":

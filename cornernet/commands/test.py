@@ -27,7 +27,7 @@ from core.config import (
     config_path,
     load_config,
     lookup,
-    snapshot_arg,
+    snapshot_or_file_arg,
 )
 from core.config.rules import unit_interval
 from core.dbs import datasets
@@ -39,7 +39,7 @@ from core.inference.journal import Done, Journal, snapshot_identity
 from core.inference.loop import ImageResult
 from core.inference.pictures import Pictures
 from core.inference.runtimes import add_runtime_args, open_network
-from core.nnet.checkpoint import require_snapshot
+from core.nnet.checkpoint import require_snapshot, snapshot_label
 from core.utils import lock
 
 # --split: the config's roles, and COCO's test-dev as users download it.
@@ -62,9 +62,10 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser = argparse.ArgumentParser(prog=prog or PROG,
                                      description="Evaluate a CornerNet-Lite snapshot")
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration, or 'best' for the snapshot with the highest "
-                             "validation AP during training (default: system.max_iter)")
+    parser.add_argument("--testiter", type=snapshot_or_file_arg, default=None,
+                        help="snapshot iteration, 'best' for the snapshot with the highest "
+                             "validation AP during training, or a snapshot file of the config "
+                             "(<Cfg>_<iter>.pkl; default: system.max_iter)")
     parser.add_argument("--split", choices=SPLITS, default="validation",
                         help="a split of the config (training, validation, testing) or COCO's "
                              "testdev (image_info_test-dev2017.json accepted as it comes)")
@@ -164,7 +165,8 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     if system_config.model is None:
         system_config = system_config.replace(model=args.cfg_file)
     split = split_key(args, system_config)
-    testiter = system_config.max_iter if args.testiter is None else args.testiter
+    testiter = snapshot_label(system_config, system_config.max_iter if args.testiter is None
+                              else args.testiter)
     if split == "testdev" and system_config.dataset == "COCO":
         db_config = official_testdev(system_config, db_config)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import CONFIG_DIR, add_set_arg
-from core.engine.cli import process_kept
+from core.engine.cli import keeps_process
 
 PROG = "cornernet train"
 
@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     return parser.parse_args(argv)
 
 
+@keeps_process
 def run(options: argparse.Namespace, log: Callable[[str], None] = print,
         outcome: dict | None = None) -> int:
     """Train as the options say (in this process, spawned ranks, torchrun or srun); returns the
@@ -78,8 +79,7 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
     from core.engine.launch import launch
     from core.engine.loop import train
 
-    with process_kept():
-        return launch(options, functools.partial(train, outcome=outcome), log=log)
+    return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
