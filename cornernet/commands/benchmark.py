@@ -406,7 +406,10 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         done["args"] = parse_args(argv, prog)
         done["rows"] = run(done["args"])
 
-    return exit_status(work) or below_min_ap(done["args"], done["rows"])
+    status = exit_status(work)
+    if status or "rows" not in done:  # a failure, or --help
+        return status
+    return below_min_ap(done["args"], done["rows"])
 
 
 if __name__ == "__main__":
