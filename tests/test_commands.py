@@ -104,13 +104,13 @@ def test_analyze_help_and_its_mistakes(capsys):
 
 @pytest.mark.slow  # a fresh interpreter per command: about 0.3 s each
 def test_help_is_quick_and_imports_no_torch_where_the_parser_is_light():
-    """--help of train, convert, plot and submit (and analyze model's) imports no torch and
-    answers in under a second; test, predict, export, benchmark, check and analyze results
+    """--help of train, convert, plot, submit, check and analyze model imports no torch and
+    answers in under a second; test, predict, export, benchmark and analyze results
     still import it for their runtime and evaluator choices (core.inference)."""
     code = ("import sys, time; t = time.perf_counter(); from cornernet.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules, time.perf_counter() - t, file=sys.stderr)")
-    for words in (["train"], ["convert"], ["plot"], ["analyze", "model"], ["submit"]):
+    for words in (["train"], ["convert"], ["plot"], ["analyze", "model"], ["submit"], ["check"]):
         done = subprocess.run([sys.executable, "-c", code, *words, "--help"], cwd=ROOT,
                               capture_output=True, text=True, check=True)
         torch_loaded, seconds = done.stderr.split()[-2:]

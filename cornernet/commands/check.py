@@ -25,10 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
-from core.data.check import across_splits, save_batch_picture, split_report
-from core.dbs import datasets
 from core.engine.cli import exit_status, keeps_process
-from core.sample import sampler
 
 PROG = "cornernet check"
 
@@ -107,6 +104,11 @@ def summary(split: str, report: dict) -> str:
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+    # The data, the sampler and torch are imported here, not for --help.
+    from core.data.check import across_splits, save_batch_picture, split_report
+    from core.dbs import datasets
+    from core.sample import sampler
+
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     splits = args.splits or list(dict.fromkeys([system_config.train_split,
