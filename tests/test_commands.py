@@ -123,6 +123,9 @@ def test_python_m_runs_a_command_module():
     done = subprocess.run([sys.executable, "-m", "cornernet.commands.plot", "--help"],
                           cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "usage: cornernet plot" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "cornernet", "plot", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "usage: cornernet plot" in done.stdout
 
 
 # ------------------------------------------------------------------- issue 39 item 5
