@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .commands import COMMANDS
+from .commands import COMMANDS, HELP
 
 
 def version() -> str:
@@ -38,7 +38,7 @@ def version() -> str:
 def usage() -> str:
     lines = ["usage: cornernet <command> [options]   (cornernet <command> --help for its options)",
              "       cornernet --version", "", "commands:"]
-    lines += [f"  {name:<10} {what}" for name, (_, what) in COMMANDS.items()]
+    lines += [f"  {words:<16} {what}" for words, what in HELP]
     return "\n".join(lines)
 
 
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         from core.engine.stop import catch_early
 
         catch_early()  # before the heavy imports: a stop signal is remembered from here on
-    module = importlib.import_module(f"{__package__}.commands.{COMMANDS[argv[0]][0]}")
+    module = importlib.import_module(f"{__package__}.commands.{COMMANDS[argv[0]]}")
     return module.main(argv[1:], f"cornernet {argv[0]}")
 
 

@@ -11,16 +11,21 @@ dispatches by COMMANDS; the API (cornernet/api.py) calls `run`.
 
 from __future__ import annotations
 
-# command: (module of cornernet.commands, what it does)
-COMMANDS = {
-    "train": ("train", "train a detector (train.py)"),
-    "test": ("test", "evaluate a snapshot on a split: COCO AP (test.py)"),
-    "predict": ("predict", "detect in pictures, folders, videos, cameras, streams (demo.py)"),
-    "export": ("export", "write a snapshot as ONNX, checked against torch"),
-    "analyze": ("analyze", "results: what limits AP; model: what a model costs"),
-    "check": ("check", "counts, problems and what the network is shown"),
-    "convert": ("convert", "YOLO or VOC to COCO json, COCO to YOLO"),
-    "benchmark": ("benchmark", "AP, speed and size in every runtime and precision"),
-    "submit": ("submit", "submit a training run to SLURM (submitit)"),
-    "plot": ("plot", "a run's curves from its metrics file"),
-}
+# command: module of cornernet.commands
+COMMANDS = {"train": "train", "test": "test", "predict": "predict", "export": "export",
+            "analyze": "analyze", "check": "check", "convert": "convert",
+            "benchmark": "benchmark", "submit": "submit", "plot": "plot"}
+# The rows of `cornernet --help`: (the words, what it does).
+HELP = [
+    ("train", "train a detector (train.py)"),
+    ("test", "evaluate a snapshot on a split: COCO AP (test.py)"),
+    ("predict", "detect in pictures, folders, videos, cameras, streams (demo.py)"),
+    ("export", "write a snapshot as ONNX, checked against torch"),
+    ("analyze results", "what limits AP: errors by kind, per class"),
+    ("analyze model", "parameters, FLOPs and activation memory of a model"),
+    ("check", "counts, problems and what the network is shown"),
+    ("convert", "YOLO or VOC to COCO json, COCO to YOLO"),
+    ("benchmark", "AP, speed and size in every runtime and precision"),
+    ("submit", "submit a training run to SLURM (submitit)"),
+    ("plot", "a run's curves from its metrics file"),
+]
