@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -103,19 +102,18 @@ def test_analyze_help_and_its_mistakes(capsys):
 
 
 @pytest.mark.slow  # a fresh interpreter per command: about 0.3 s each
-def test_help_is_quick_and_imports_no_torch_where_the_parser_is_light():
-    """--help of train, convert, plot, submit, check and analyze model imports no torch and
-    answers in under a second; test, predict, export, benchmark and analyze results
-    still import it for their runtime and evaluator choices (core.inference)."""
-    code = ("import sys, time; t = time.perf_counter(); from cornernet.cli import main\n"
+def test_help_imports_no_torch_where_the_parser_is_light():
+    """--help of train, convert, plot, submit, check and analyze imports no torch (the seconds
+    are bench/bench_help.py's); test, predict, export and benchmark still import it for their
+    runtime and evaluator choices (core.inference)."""
+    code = ("import sys; from cornernet.cli import main\n"
             "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules, time.perf_counter() - t, file=sys.stderr)")
-    for words in (["train"], ["convert"], ["plot"], ["analyze", "model"], ["submit"], ["check"]):
+            "print('torch' in sys.modules, file=sys.stderr)")
+    for words in (["train"], ["convert"], ["plot"], ["analyze", "model"], ["submit"], ["check"],
+                  ["analyze", "results"]):
         done = subprocess.run([sys.executable, "-c", code, *words, "--help"], cwd=ROOT,
                               capture_output=True, text=True, check=True)
-        torch_loaded, seconds = done.stderr.split()[-2:]
-        assert torch_loaded == "False", words
-        assert float(seconds) < 1.0, (words, seconds)
+        assert done.stderr.split()[-1] == "False", words
         assert f"usage: cornernet {' '.join(words)}" in done.stdout
 
 
@@ -154,7 +152,6 @@ def tiny(coco128, tmp_path_factory):
 
 
 def test_export_max_map_too_small_is_one_line_before_the_export(tiny, capsys):
-    start = time.perf_counter()
     assert cornernet(["export", "CocoTiny", "--testiter", "0", "--config-dir",
                       str(tiny / "configs"), "--max-map", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -166,7 +163,6 @@ def test_export_max_map_too_small_is_one_line_before_the_export(tiny, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "at the test scale is 255: use --max-map 64 or more" in err[0]
     assert not (tiny / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").exists()
-    assert time.perf_counter() - start < 30  # the export itself is minutes on 2 cores
 
 
 def test_analyze_results_names_the_test_command_of_its_split_and_what_exists(tiny, capsys):

@@ -28,18 +28,8 @@ import numpy as np
 
 from core.config import CONFIG_DIR, SystemConfig, load_config, lookup, snapshot_arg
 from core.config.rules import unit_interval
-from core.dbs import datasets
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
-from core.inference import results_folder
-from core.inference.error_analysis import (
-    breakdown,
-    confusion_matrix,
-    format_breakdown,
-    read_json,
-    read_run,
-    shuffled_truth,
-)
 from core.utils.files import write_file_atomic
 
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
@@ -114,6 +104,18 @@ def missing_results(path: Path, args: argparse.Namespace, system_config: SystemC
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+    # core.inference (torch) and the datasets are imported here, not for --help.
+    from core.dbs import datasets
+    from core.inference import results_folder
+    from core.inference.error_analysis import (
+        breakdown,
+        confusion_matrix,
+        format_breakdown,
+        read_json,
+        read_run,
+        shuffled_truth,
+    )
+
     try:
         import matplotlib  # noqa: F401 - checked before the work
     except ImportError:
