@@ -58,9 +58,9 @@ class Training(_checkpointable()):
                 *self.train_args]
 
     def __call__(self) -> int:
+        # absolute: submitit may carry this class to the tasks by value, without its package
         from core.engine.stop import RESUME_STATUS
-
-        from . import train
+        from cornernet.commands import train
 
         submitits = signal.getsignal(signal.SIGUSR2)  # train.py takes USR2 over while it runs
         status = train.main(self.argv())
