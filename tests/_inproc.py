@@ -3,17 +3,19 @@
 
 A real process pays a new interpreter's start on every run: torch and cv2 imported again, the
 forkserver of the prefetch workers started again. That start, not the training, was nearly all
-of the 7-13 s of each script test. `run_script` executes the script's file as `__main__` in the
-test process (what `runpy` does for `python -m`), with its own command line, environment and
-working folder, and gives back what `subprocess.run(..., capture_output=True, text=True)` gives:
-`returncode` (from `sys.exit`, 0 when the script returns, 1 for an exception that escapes, as
-the interpreter would), `stdout` and `stderr`.
+of the 7-13 s of each script test. `run_script` calls the entry script's command,
+`cornernet.commands.<name>.main(args, prog)` (what the script's few lines do), or executes any
+other file (bench/) as `__main__`, with its own command line, environment and working folder,
+and gives back what `subprocess.run(..., capture_output=True, text=True)` gives: `returncode`
+(the command's status; for a file, from `sys.exit`, 0 when it returns, 1 for an exception that
+escapes, as the interpreter would), `stdout` and `stderr`.
 
-What one run changes for the whole process is put back afterwards: signal handlers and the
-signal mask (train.py's early catch), torch's thread count, determinism flags and random
-states, numpy's and Python's random states, the environment, the working folder, `sys.argv`,
-warning filters and root logging handlers, and the snapshot-folder locks (released at exit
-in a real process).
+A command's `run` puts back the signal handlers, the signal mask, torch's thread count and the
+environment itself (`core.engine.cli.keeps_process`); what else one run changes for the whole
+process is put back here afterwards, and those too for the bench files: determinism flags and
+random states, numpy's and Python's random states, the working folder, `sys.argv`, warning
+filters and root logging handlers, and the snapshot-folder locks (released at exit in a real
+process).
 
 What a process of its own still owns, and is still tested with one: signals sent from outside,
 a killed or hung process, the exit of child processes with their parent, the launchers
