@@ -216,3 +216,14 @@ def test_test_and_export_take_a_snapshot_file(tiny, capsys):
         str(tiny / "configs"), "--images", "2", "--device", "cpu"]))
     assert metrics is not None and (tiny / "results" / "CocoTiny" / "best" / "val" /
                                     "metrics.json").is_file()
+
+
+@pytest.mark.slow  # one torch row on two images: about 5 s
+def test_the_benchmark_from_python_returns_its_rows(tiny, capsys):
+    import cornernet
+
+    rows = cornernet.benchmark("CocoTiny", 0, config_dir=tiny / "configs", device="cpu",
+                               rows=["torch:fp32"], images=2, threads=[1], reps=1)
+    assert [(row["runtime"], row["precision"]) for row in rows] == [("torch", "fp32")]
+    assert rows[0]["AP"] is not None and rows[0]["ms"]["1"] > 0
+    assert "| torch | fp32 |" in capsys.readouterr().out
