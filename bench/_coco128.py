@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+import _checkout  # noqa: F401 - the checkout's root on sys.path, before core
+
 from core.config import load_config
 from core.dbs import datasets
 

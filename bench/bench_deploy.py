@@ -1,4 +1,4 @@
-"""Deployment speed and AP on untrained weights: tools/benchmark.py for CornerNet_Squeeze and
+"""Deployment speed and AP on untrained weights: cornernet benchmark for CornerNet_Squeeze and
 CornerNet on coco128, without a trained snapshot.
 
     python bench/bench_deploy.py [--configs CornerNet_Squeeze CornerNet] [--size 511]
@@ -10,7 +10,7 @@ For each config a temporary copy (coco128 for every split, 80 classes, its cache
 temporary folder) gets a snapshot of iteration 0 with spread weights (bench/_spread.py:
 N(0, 1/fan_in), maps that vary with the image, so that the export's check against torch is not
 decided by near-tied scores; `--weights init` keeps the seed-0 initialisation instead), and
-tools/benchmark.py measures every runtime and precision on it, side by side in one process at
+cornernet benchmark measures every runtime and precision on it, side by side in one process at
 each thread count: ms per image on the first coco128 image resized to --size x --size, AP on the
 first --images images (meaningless for untrained weights except as a check between rows),
 file sizes, and the check. Speed does not depend on the weights, except torch's `peak_topk`
@@ -33,13 +33,11 @@ import torch
 from _coco128 import COCO128, REPO
 from _spread import spread_weights
 
-sys.path.insert(0, str(REPO / "tools"))
-import benchmark
-
 from core.config import load_config
 from core.dbs import datasets
 from core.deploy.openvino_runtime import cpu_properties
 from core.nnet.py_factory import NetworkFactory
+from cornernet.commands import benchmark
 
 
 def random_snapshot(name: str, folder: Path, weights: str = "spread") -> Path:
@@ -74,8 +72,8 @@ def main() -> int:
     parser.add_argument("--rows", nargs="+", default=None)
     parser.add_argument("--reps", default="3")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--device", default=None, help="as tools/benchmark.py")
-    parser.add_argument("--batch", nargs="+", default=None, help="as tools/benchmark.py")
+    parser.add_argument("--device", default=None, help="as cornernet benchmark")
+    parser.add_argument("--batch", nargs="+", default=None, help="as cornernet benchmark")
     parser.add_argument("--weights", choices=("spread", "init"), default="spread",
                         help="spread (maps that vary with the image) or seed 0's initialisation")
     parser.add_argument("--profile", action="store_true",

@@ -14,6 +14,7 @@ import contextlib
 import resource
 import time
 
+import _checkout  # noqa: F401 - the checkout's root on sys.path, before core
 import torch
 
 from core.models import MODELS, build_model

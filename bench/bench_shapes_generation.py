@@ -11,6 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _checkout  # noqa: F401 - the checkout's root on sys.path, before core
+
 from core.config import check_db_config
 from core.dbs.shapes import ensure_shapes
 

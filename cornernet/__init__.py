@@ -4,15 +4,32 @@
     detector = cornernet.Detector.from_snapshot("cache/nnet/CornerNet_Tiny/CornerNet_Tiny_best.pkl")
     for result in detector.predict("video.mp4"):          # one Result per frame, lazily
         print(result.frame, result.boxes, result.names)
-    cornernet.train("CornerNet_Tiny", max_iter=200)       # what train.py prints, as a dict
+    cornernet.train("CornerNet_Tiny", max_iter=200)       # a TrainResult: status, best, AP
     cornernet.evaluate("CornerNet_Tiny", "best")          # the COCO metrics
 
 The names here are the public API; `core` is the engine behind it.
 """
 
-from .api import evaluate, train
-from .detector import Detector
-from .results import Result
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Detector", "Result", "__version__", "evaluate", "train"]
+__all__ = ["Detector", "Result", "__version__", "benchmark", "evaluate", "train"]
+# Each public name from the module it lives in, imported when first used: `import cornernet`
+# (and so `cornernet --help`, or a command's) costs no torch.
+_HOMES = {"Detector": "detector", "Result": "results", "benchmark": "api", "evaluate": "api",
+          "train": "api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOMES:
+        raise AttributeError(f"module 'cornernet' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

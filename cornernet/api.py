@@ -1,14 +1,40 @@
-"""`train` and `evaluate` from Python: the scripts' work, returning what they print."""
+"""`train`, `evaluate` and `benchmark` from Python: the commands' `run`, in this process.
+
+Each returns what its command produced, built in memory (no file is read back), and leaves the
+process as it found it: signal handlers, torch's thread count, the environment
+(`core.engine.cli.keeps_process`), so that Ctrl-C works as before in a notebook afterwards.
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import load_config
 
-from .cli import load_script
+@dataclass(frozen=True)
+class TrainResult:
+    """What `train` produced.
+
+    Attributes:
+        status: the exit status (0: done; 75: stopped to be resumed; 128 + signal: stopped;
+            1 or 2: failed, said on stderr).
+        snapshots: the snapshot files of the run's folder when it ended.
+        best: `<Cfg>_best.pkl` of this run's best evaluation, or None.
+        best_ap: its AP, or None before any evaluation.
+        metrics: the last evaluation's metrics (with its "iteration"), or None.
+        evaluations: every evaluation's metrics, in order.
+        iteration: the last iteration done.
+    """
+
+    status: int
+    snapshots: list[Path] = field(default_factory=list)
+    best: Path | None = None
+    best_ap: float | None = None
+    metrics: dict | None = None
+    evaluations: list[dict] = field(default_factory=list)
+    iteration: int | None = None
 
 
 def _set_args(overrides: dict[str, Any]) -> list[str]:
@@ -16,47 +42,73 @@ def _set_args(overrides: dict[str, Any]) -> list[str]:
     return [f"{key.replace('__', '.')}={json.dumps(value)}" for key, value in overrides.items()]
 
 
-def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
-          device: str | None = None, resume: str = "0", **overrides: Any) -> dict[str, Any]:
-    """Train `config` as `python train.py` does, with settings changed by keyword
-    (`max_iter=2`, `db__input_size=[255, 255]`).
-
-    Returns {"status": exit status (0: done), "snapshots": [paths], "best": path or None,
-    "best_ap": the best validation AP or None, "metrics": the last evaluation's metrics}.
-    """
-    script = load_script("train")
-    argv = [config, "--workers", str(workers), "--iter", resume]
+def _argv(config: str, config_dir: str | Path | None, device: str | None,
+          overrides: dict[str, Any], *more: str) -> list[str]:
+    argv = [config, *more]
     argv += ["--config-dir", str(config_dir)] if config_dir is not None else []
     argv += ["--device", device] if device is not None else []
     sets = _set_args(overrides)
-    args = script.parse_args(argv + (["--set", *sets] if sets else []))
-    status = script.launch(args, script.train)
-    system_config, _ = load_config(config, args.config_dir, overrides=args.overrides)
-    folder = system_config.snapshot_dir
-    evaluations = []
-    if (folder / "metrics.jsonl").is_file():
-        for line in (folder / "metrics.jsonl").read_text().splitlines():
-            record = json.loads(line)
-            if "AP" in record or "eval/AP" in record:
-                evaluations.append(record)
-    aps = [r.get("AP", r.get("eval/AP")) for r in evaluations]
-    best = folder / f"{system_config.snapshot_name}_best.pkl"
-    return {"status": status, "snapshots": sorted(folder.glob("*.pkl")),
-            "best": best if best.is_file() else None,
-            "best_ap": max(aps) if aps else None,
-            "metrics": evaluations[-1] if evaluations else None}
+    return argv + (["--set", *sets] if sets else [])
 
 
-def evaluate(config: str, snapshot: int | str | None = None, split: str = "validation",
+def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
+          device: str | None = None, resume: str = "0", **overrides: Any) -> TrainResult:
+    """Train `config` as `cornernet train` does, with settings changed by keyword
+    (`max_iter=2`, `db__input_size=[255, 255]`); returns a `TrainResult`."""
+    from core.config import load_config
+
+    from .commands import train as command
+
+    options = command.parse_args(_argv(config, config_dir, device, overrides, "--workers",
+                                       str(workers), "--iter", resume))
+    outcome: dict = {}
+    status = command.run(options, outcome=outcome)
+    system_config, _ = load_config(config, options.config_dir, overrides=options.overrides)
+    evaluations = outcome.get("evaluations", [])
+    best = outcome.get("best")
+    best_file = system_config.snapshot_dir / f"{system_config.snapshot_name}_best.pkl"
+    return TrainResult(status=status, snapshots=sorted(system_config.snapshot_dir.glob("*.pkl")),
+                       best=best_file if best is not None and best_file.is_file() else None,
+                       best_ap=None if best is None else best["AP"],
+                       metrics=evaluations[-1] if evaluations else None,
+                       evaluations=list(evaluations), iteration=outcome.get("iteration"))
+
+
+def evaluate(config: str, snapshot: int | str | None = None, *, split: str = "validation",
              config_dir: str | Path | None = None, device: str | None = None,
-             *options: str, **overrides: Any) -> dict | None:
-    """Evaluate snapshot `snapshot` of `config` as `python test.py` does; returns the metrics
-    dict it writes to metrics.json (None for a split without boxes). `options` are more
-    test.py options (e.g. "--images", "10")."""
-    script = load_script("test")
-    argv = [config, "--split", split, *options]
+             images: int | None = None, suffix: str | None = None, backend: str | None = None,
+             runtime: str | None = None, onnx: str | Path | None = None,
+             raw_weights: bool = False, **overrides: Any) -> dict | None:
+    """Evaluate snapshot `snapshot` (an iteration, "best", or a snapshot file) of `config` as
+    `cornernet test` does; returns the metrics dict it writes to metrics.json (None for a split
+    without boxes). Settings of the config change by keyword, as for `train`."""
+    from .commands import test as command
+
+    more = ["--split", split]
+    more += ["--testiter", str(snapshot)] if snapshot is not None else []
+    more += ["--images", str(images)] if images is not None else []
+    more += ["--suffix", suffix] if suffix is not None else []
+    more += ["--backend", backend] if backend is not None else []
+    more += ["--runtime", runtime] if runtime is not None else []
+    more += ["--onnx", str(onnx)] if onnx is not None else []
+    more += ["--raw-weights"] if raw_weights else []
+    return command.run(command.parse_args(_argv(config, config_dir, device, overrides, *more)))
+
+
+def benchmark(config: str, snapshot: int | str | None = None, *,
+              config_dir: str | Path | None = None, device: str | None = None,
+              rows: list[str] | None = None, images: int | None = None,
+              threads: list[int] | None = None, reps: int | None = None) -> list[dict]:
+    """`cornernet benchmark` of `config`'s snapshot: one dict per row (runtime, precision, AP,
+    AP50, ms, size_mb, check)."""
+    from .commands import benchmark as command
+
+    argv = [config]
     argv += ["--testiter", str(snapshot)] if snapshot is not None else []
     argv += ["--config-dir", str(config_dir)] if config_dir is not None else []
     argv += ["--device", device] if device is not None else []
-    sets = _set_args(overrides)
-    return script.main(script.parse_args(argv + (["--set", *sets] if sets else [])))
+    argv += ["--rows", *rows] if rows else []
+    argv += ["--images", str(images)] if images is not None else []
+    argv += ["--threads", *map(str, threads)] if threads else []
+    argv += ["--reps", str(reps)] if reps is not None else []
+    return command.run(command.parse_args(argv))

@@ -1,18 +1,21 @@
-"""Run a script (train.py, test.py, demo.py, a tool) in this process, as `python <script>` would.
+"""Run a script (train.py, test.py, demo.py, a tool, a bench script) in this process, as
+`python <script>` would.
 
 A real process pays a new interpreter's start on every run: torch and cv2 imported again, the
 forkserver of the prefetch workers started again. That start, not the training, was nearly all
-of the 7-13 s of each script test. `run_script` executes the script's file as `__main__` in the
-test process (what `runpy` does for `python -m`), with its own command line, environment and
-working folder, and gives back what `subprocess.run(..., capture_output=True, text=True)` gives:
-`returncode` (from `sys.exit`, 0 when the script returns, 1 for an exception that escapes, as
-the interpreter would), `stdout` and `stderr`.
+of the 7-13 s of each script test. `run_script` calls the entry script's command,
+`cornernet.commands.<name>.main(args, prog)` (what the script's few lines do), or executes any
+other file (bench/) as `__main__`, with its own command line, environment and working folder,
+and gives back what `subprocess.run(..., capture_output=True, text=True)` gives: `returncode`
+(the command's status; for a file, from `sys.exit`, 0 when it returns, 1 for an exception that
+escapes, as the interpreter would), `stdout` and `stderr`.
 
-What one run changes for the whole process is put back afterwards: signal handlers and the
-signal mask (train.py's early catch), torch's thread count, determinism flags and random
-states, numpy's and Python's random states, the environment, the working folder, `sys.argv`,
-warning filters and root logging handlers, and the snapshot-folder locks (released at exit
-in a real process).
+A command's `run` puts back the signal handlers, the signal mask, torch's thread count and the
+environment itself (`core.engine.cli.keeps_process`); what else one run changes for the whole
+process is put back here afterwards, and those too for the bench files: determinism flags and
+random states, numpy's and Python's random states, the working folder, `sys.argv`, warning
+filters and root logging handlers, and the snapshot-folder locks (released at exit in a real
+process).
 
 What a process of its own still owns, and is still tested with one: signals sent from outside,
 a killed or hung process, the exit of child processes with their parent, the launchers
@@ -23,6 +26,7 @@ real processes here too, forked from the one forkserver this test process keeps.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import logging
 import os
@@ -40,6 +44,13 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# The checkout's entry scripts: each is `main` of a command module (cornernet/commands/), which
+# the run calls directly; any other file (bench/) is executed as `__main__`.
+COMMANDS = {"train.py": "train", "test.py": "test", "demo.py": "predict",
+            "tools/export.py": "export", "tools/analyze_results.py": "analyze_results",
+            "tools/analyze_model.py": "analyze_model", "tools/check_data.py": "check",
+            "tools/convert.py": "convert", "tools/benchmark.py": "benchmark",
+            "tools/submit.py": "submit", "tools/plot_metrics.py": "plot"}
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -109,6 +120,16 @@ class _Saved:
         root.setLevel(self.log_level)
 
 
+def _execute(path: Path, args: list[str]) -> int:
+    """An entry script's command `main` (its exit status), or any other file as `__main__`."""
+    name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
+    if name in COMMANDS:
+        module = importlib.import_module(f"cornernet.commands.{COMMANDS[name]}")
+        return module.main(args, prog=name)
+    runpy.run_path(str(path), run_name="__main__")
+    return 0
+
+
 def run_script(script: str | Path, *args: object, env: dict[str, str] | None = None,
                cwd: Path | None = None, threads: int | None = None) -> Completed:
     """`python <script> <args>` in this process; returns its status and output.
@@ -141,8 +162,7 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
         with warnings.catch_warnings(), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
             try:
-                runpy.run_path(str(path), run_name="__main__")
-                status = 0
+                status = _execute(path, argv[1:])
             except SystemExit as exit_:
                 status = _status(exit_.code, err)
             except KeyboardInterrupt:

@@ -1,19 +1,19 @@
-"""A script of tools/ loaded as a module, so that tests call its functions in-process."""
+"""A command of cornernet.commands by the name of its file in tools/, so that tests call its
+functions in-process."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[1]
+# tools/<name>.py: the command module it calls
+MODULES = {"check_data": "check", "plot_metrics": "plot", "analyze_results": "analyze_results",
+           "analyze_model": "analyze_model", "benchmark": "benchmark", "convert": "convert",
+           "export": "export", "submit": "submit"}
 
 
 def load_tool(name: str) -> ModuleType:
-    """tools/<name>.py executed afresh as the module `tool_<name>` (registered in sys.modules,
-    as an import would, so that its dataclasses and pickles resolve)."""
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", ROOT / "tools" / f"{name}.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """cornernet.commands' module of tools/<name>.py."""
+    return importlib.import_module(f"cornernet.commands.{MODULES.get(name, name)}")

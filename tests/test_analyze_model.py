@@ -4,10 +4,8 @@ and activation memory of the four configs."""
 from __future__ import annotations
 
 import json
-import sys
 from collections import Counter
 from math import prod
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,9 +14,7 @@ from _tiny_coco import run
 from core.config import load_config
 from core.models import CornerNet_Tiny
 from core.nnet.cost import forward_flops, saved_activation_bytes
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from analyze_model import analyze
+from cornernet.commands.analyze_model import analyze
 
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 

@@ -11,24 +11,23 @@ from collections import Counter
 import cv2
 import numpy as np
 import pytest
-from _train_helpers import REPO, losses, write_config
+from _train_helpers import losses, write_config
 
 from core.config import load_config
 from core.data.check import training_batch
 from core.dbs import datasets
 from core.sample import sampler
 from core.utils.vis import PANEL_GAP, draw_batch
-
-_spec = importlib.util.spec_from_file_location("check_data", REPO / "tools" / "check_data.py")
-check_data = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(check_data)
+from cornernet.commands import check as check_data
+from cornernet.commands import train
 
 
 @pytest.fixture(scope="module")
 def checked(coco128, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("check")
     folder = write_config(tmp, coco128)
-    report = check_data.main(["Tiny128", "--config-dir", str(folder), "--crop-samples", "16"])
+    report = check_data.run(check_data.parse_args(["Tiny128", "--config-dir", str(folder),
+                                                   "--crop-samples", "16"]))
     return tmp, report
 
 
@@ -95,7 +94,8 @@ def test_an_injected_duplicate_and_a_validation_only_class_are_reported(coco128,
         files[split] = str(tmp_path / f"{split}.json")
         (tmp_path / f"{split}.json").write_text(json.dumps(content))
     folder = write_config(tmp_path, coco128, images=images, annotations=files)
-    report = check_data.main(["Tiny128", "--config-dir", str(folder), "--crop-samples", "0"])
+    report = check_data.run(check_data.parse_args(["Tiny128", "--config-dir", str(folder),
+                                                   "--crop-samples", "0"]))
     assert report["splits"]["train"]["duplicate_images"] == {
         "groups": 1, "examples": [["000000000009.jpg", "copy_of_9.jpg"]]}
     only_val = report["across_splits"]["classes_in_one_split_only"]["val not in train"]
@@ -134,9 +134,6 @@ def test_batch_heatmap_peaks_sit_at_the_corners_of_the_drawn_boxes(coco128, tmp_
 
 @pytest.mark.slow  # two two-iteration training runs in-process: about 20 s
 def test_train_py_draws_the_batch_picture_without_changing_the_run(coco128, tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("train_script", REPO / "train.py")
-    train = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(train)
     printed = {}
     for on in (True, False):
         folder = write_config(tmp_path / str(on), coco128, max_iter=2, val_iter=0,

@@ -7,7 +7,6 @@ shared with test_onnx_export); this module works on a copy of it.
 
 import importlib
 import json
-import subprocess
 import sys
 
 import cv2
@@ -179,30 +178,32 @@ def test_benchmark_rows_json_and_a_missing_runtime(exported, monkeypatch, tmp_pa
     assert benchmark.main([*argv[:-5], "torch:fp32", "--min-ap", "2"]) == 1
 
 
-def test_benchmark_exports_a_missing_onnx_file_by_tools_export(spread_export, coco128, tmp_path,
-                                                               monkeypatch):
-    """The branch of `prepare_files` that starts tools/export.py when the .onnx is missing (the
-    export itself, with these arguments, is spread_export's); its failure is each exported
-    row's check, the torch rows need no file."""
+def test_benchmark_exports_a_missing_onnx_file_in_process(spread_export, coco128, tmp_path,
+                                                         monkeypatch):
+    """The branch of `prepare_files` that runs the export command (in this process, no script
+    by path) when the .onnx is missing (the export itself, with these arguments, is
+    spread_export's); its failure is each exported row's check, the torch rows need no file."""
+    from core.errors import ConfigError
+    from cornernet.commands import export as export_command
+
     root = copy_export(spread_export, coco128, tmp_path)
     (snapshot_folder(root) / "CocoTiny_0.onnx").unlink()
     benchmark = load_tool("benchmark")
     started = []
 
-    def export(cmd, **kwargs):
-        started.append([str(part) for part in cmd])
-        return subprocess.CompletedProcess(cmd, 1, "", "Traceback ...\nSnapshotError: boom\n")
+    def export(args, log=print):
+        started.append([args.cfg_file, args.testiter, args.config_dir])
+        raise ConfigError("boom")
 
-    monkeypatch.setattr(benchmark.subprocess, "run", export)
+    monkeypatch.setattr(export_command, "run", export)
     args = benchmark.parse_args(["CocoTiny", "--testiter", "0", "--config-dir",
                                  str(root / "configs")])
     system_config, _ = open_db(root)
     rows = ["torch:fp32", "onnxruntime:fp32", "openvino:int8"]
     files = benchmark.prepare_files(args, system_config, 0, rows)
-    assert started == [[sys.executable, str(benchmark.ROOT / "tools" / "export.py"), "CocoTiny",
-                        "--testiter", "0", "--config-dir", str(root / "configs")]]
-    assert files == {"onnxruntime:fp32": "failed: export: SnapshotError: boom",
-                     "openvino:int8": "failed: export: SnapshotError: boom"}
+    assert started == [["CocoTiny", 0, root / "configs"]]
+    assert files == {"onnxruntime:fp32": "failed: export: boom",
+                     "openvino:int8": "failed: export: boom"}
     started.clear()
     assert benchmark.prepare_files(args, system_config, 0, ["torch:fp32"]) == {}
     assert started == []  # torch rows alone export nothing

@@ -8,10 +8,10 @@ import pickle
 import pytest
 from _train_helpers import write_config
 
-import train
 from core.config import ConfigError
 from core.engine import cluster
 from core.engine.launch import Options, _rendezvous, launch
+from cornernet.commands import train
 
 
 def test_every_argument_of_train_py_is_an_option_of_the_same_name():

@@ -18,7 +18,6 @@ from _onnx import IMAGE, copy_export, open_db
 from _tiny_coco import inproc
 from _tools import load_tool
 
-import demo
 from core.deploy.export import compare_outputs
 from core.deploy.onnx_runtime import OnnxNetwork
 from core.deploy.runtimes import open_network
@@ -26,6 +25,7 @@ from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.nnet.py_factory import NetworkFactory
 from cornernet import Detector, Result
+from cornernet.commands import predict as demo
 
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
 pytest.importorskip("onnxruntime", reason="the onnx extra: pip install -e '.[onnx]'")
@@ -103,7 +103,7 @@ def test_demo_draws_the_same_detections_in_both_runtimes(exported, coco128):
     lines = {}
     for runtime in ("torch", "onnxruntime"):
         out = root / f"demo-{runtime}"
-        demo.main(demo.parse_args([
+        demo.run(demo.parse_args([
             "CocoTiny", "--testiter", "0", "--config-dir", str(root / "configs"), "--device",
             "cpu", "--runtime", runtime, "--out", str(out), "--thresh", "0", "--images",
             str(coco128 / "images" / IMAGE), str(coco128 / "images" / "000000000531.jpg")]))
@@ -247,7 +247,7 @@ def test_a_failing_export_leaves_the_previous_file_and_no_temporary_one(exported
     old = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
     monkeypatch.setattr(tool, "export_onnx", lambda *args: (old, ["detections"]))
     with pytest.raises(RuntimeError, match="does not reproduce torch.*was not written"):
-        tool.main(tool.parse_args(["CocoTiny", "--testiter", "5", "--config-dir",
+        tool.run(tool.parse_args(["CocoTiny", "--testiter", "5", "--config-dir",
                                    str(root / "configs"), "--out", str(out), "--image",
                                    str(coco128 / "images" / IMAGE)]))
     assert out.read_bytes() == b"the previous good export"

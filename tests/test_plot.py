@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,9 +11,7 @@ import pytest
 from _inproc import run_script
 
 REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("plot_metrics", REPO / "tools" / "plot_metrics.py")
-plot_metrics = sys.modules["plot_metrics"] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plot_metrics)
+from cornernet.commands import plot as plot_metrics
 
 TERMS = ["focal", "pull", "push", "off"]
 PANEL_PIXELS = (300, 900)  # PANEL_INCHES * DPI: (height, width) of one panel

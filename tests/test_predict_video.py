@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from _tiny_coco import ROOT, make_tiny_coco, script_env
 
-import demo
 from cornernet import Detector, Result
+from cornernet.commands import predict as demo
 
 FRAMES, SIZE = 12, (160, 120)  # (width, height)
 
@@ -61,7 +61,7 @@ def read_back(path):
 def test_a_video_gives_one_line_per_frame_and_a_video_of_as_many_frames(tiny, coco128, tmp_path):
     clip = write_video(tmp_path / "clip.mp4", coco128)
     out = tmp_path / "out"
-    written = demo.main(demo.parse_args(["--snapshot", str(snapshot_of(tiny)), "--device", "cpu",
+    written = demo.run(demo.parse_args(["--snapshot", str(snapshot_of(tiny)), "--device", "cpu",
                                          "--thresh", "0.1", "--images", str(clip), "--out",
                                          str(out)]))
     assert written == [out / "clip.mp4"]

@@ -158,7 +158,7 @@ def test_rolling_snapshots_never_push_periodic_ones_out(tmp_path):
 RUNNER = """
 import json, os, sys
 sys.path.insert(0, {repo!r})
-import train
+from cornernet.commands import train
 from core.engine import preempt
 
 class FakeClock(preempt.SnapshotClock):
@@ -212,8 +212,7 @@ def test_snapshots_by_the_clock_come_on_every_rank_together(tmp_path, coco128):
 
 def test_submit_gives_train_py_what_follows_the_double_dash(monkeypatch):
     pytest.importorskip("submitit")
-    monkeypatch.syspath_prepend(str(REPO / "tools"))
-    import submit
+    from cornernet.commands import submit
 
     args = submit.parse_args(["CornerNet", "--gpus-per-node", "2", "--hours", "2", "--",
                               "--workers", "6"])

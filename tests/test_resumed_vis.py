@@ -4,20 +4,16 @@ In-process: test.py's main on the tiny coco128 config, stopped once between jour
 image and drawing it, the way a kill lands; then run again with the same settings.
 """
 
-import importlib.util
 
 import pytest
-from _tiny_coco import ROOT, make_tiny_coco
+from _tiny_coco import make_tiny_coco
 
 from core.utils import vis as vis_module
-
-spec = importlib.util.spec_from_file_location("test_script", ROOT / "test.py")
-test_script = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(test_script)
+from cornernet.commands import test as test_script
 
 
 def evaluate(root, *args):
-    return test_script.main(test_script.parse_args([
+    return test_script.run(test_script.parse_args([
         "CocoTiny", "--testiter", "0", "--config-dir", str(root / "configs"), "--device",
         "cpu", "--images", "4", "--vis", "4", "--vis-thresh", "0", *args]))
 

@@ -24,6 +24,7 @@ RUNS = {
     "bench_deploy": (["--configs", "CornerNet_Tiny", "--size", "127", "--threads", "1",
                       "--reps", "1", "--images", "1", "--rows", "torch:fp32"],
                      "| torch | fp32 |"),
+    "bench_help": (["--reps", "1"], ("analyze results", "load average: ")),
     "bench_models": (["--models", "CornerNet_Tiny", "--reps", "1"],
                      "CornerNet_Tiny     cpu fwd+bwd 128x128"),
     "bench_preempt": (["--trials", "1", "--after", "1", "--batch", "2"],

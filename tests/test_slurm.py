@@ -162,8 +162,7 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     pytest.importorskip("submitit")
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.syspath_prepend(str(REPO / "tools"))
-    import submit
+    from cornernet.commands import submit
 
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)

@@ -10,15 +10,16 @@ from _tiny_coco import make_tiny_coco
 
 from core.config import ConfigError
 from cornernet import Detector
-from cornernet.cli import load_script
+from cornernet.commands import analyze_results, benchmark, export, predict, test
 
 # The scripts whose --testiter names a snapshot (or its results folder).
-SCRIPTS = ("test", "predict", "export", "benchmark", "analyze results")
+SCRIPTS = {"test": test, "predict": predict, "export": export, "benchmark": benchmark,
+           "analyze results": analyze_results}
 
 
 @pytest.mark.parametrize("command", SCRIPTS)
 def test_every_script_takes_best_and_numbers(command, tmp_path):
-    script = load_script(command)
+    script = SCRIPTS[command]
     extra = ["--images", "x.jpg", "--out", str(tmp_path)] if command == "predict" else []
     for text, value in (("best", "best"), ("12", 12), ("best.aside2", "best.aside2")):
         assert script.parse_args(["CocoTiny", "--testiter", text, *extra]).testiter == value
@@ -36,12 +37,12 @@ def tiny_best(coco128, tmp_path_factory):
 
 
 def test_demo_draws_with_the_best_snapshot(tiny_best, coco128, capsys):
-    demo = load_script("predict")
+    demo = predict
     args = demo.parse_args(["CocoTiny", "--testiter", "best", "--thresh", "0", "--device", "cpu",
                             "--config-dir", str(tiny_best / "configs"),
                             "--images", str(coco128 / "images" / "000000000529.jpg"),
                             "--out", str(tiny_best / "pictures")])
-    assert demo.main(args) == [tiny_best / "pictures" / "000000000529.jpg"]
+    assert demo.run(args) == [tiny_best / "pictures" / "000000000529.jpg"]
     assert "drew 1 of 1 inputs" in capsys.readouterr().out
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import struct
 import sys
 
 import pytest
-from _train_helpers import REPO, write_config
+from _train_helpers import write_config
 
 from core.engine.curves import NO_MATPLOTLIB
 from core.engine.trackers import read_run_ids, wanted
@@ -19,10 +18,9 @@ REPORT = ("metrics.png", "pr_curves.png", "per_class_ap.png", "confusion_matrix.
 
 
 def _train():
-    spec = importlib.util.spec_from_file_location("train_script", REPO / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from cornernet.commands import train
+
+    return train
 
 
 def _run(folder, *extra) -> int:

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from _train_helpers import REPO, losses, write_config
+from _train_helpers import losses, write_config
 from _yolo_voc import write_coco, write_voc, write_yolo
 
 from core.config import ConfigError, SystemConfig, load_config
@@ -23,10 +23,8 @@ from core.nnet.py_factory import NetworkFactory
 
 
 def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name.replace("/", "_"), REPO / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command module of a script of the checkout (train, test, tools/convert)."""
+    return importlib.import_module(f"cornernet.commands.{name.removeprefix('tools/')}")
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +186,7 @@ def test_test_py_on_yolo_and_voc_finds_and_scores_what_it_does_on_coco(three, tm
     metrics, found = {}, {}
     for kind, (folder, name) in _configs(three, tmp_path, coco128).items():
         _person_snapshot(folder, name)
-        metrics[kind] = test.main(test.parse_args([name, "--config-dir", str(folder), "--testiter",
+        metrics[kind] = test.run(test.parse_args([name, "--config-dir", str(folder), "--testiter",
                                                    "0", "--device", "cpu", "--images", "3"]))
         results = json.loads((folder.parent / "results" / name / "0" / "val" / "results.json"
                               ).read_text())
@@ -250,10 +248,10 @@ def test_a_missing_xml_field_is_named_with_its_file_and_line(three, tmp_path):
 def test_coco_to_yolo_to_coco_keeps_every_box_and_name(coco128, tmp_path, capsys):
     convert = _script("tools/convert")
     original = coco128 / "annotations" / "instances_coco128_val.json"
-    convert.main(["coco2yolo", str(original), str(coco128 / "images"), str(tmp_path / "yolo"),
-                  "--split", "val"])
-    convert.main(["yolo2coco", str(tmp_path / "yolo" / "data.yaml"), "val",
-                  str(tmp_path / "back.json")])
+    convert.run(convert.parse_args(["coco2yolo", str(original), str(coco128 / "images"),
+                                    str(tmp_path / "yolo"), "--split", "val"]))
+    convert.run(convert.parse_args(["yolo2coco", str(tmp_path / "yolo" / "data.yaml"), "val",
+                                    str(tmp_path / "back.json")]))
     assert "225 objects" in capsys.readouterr().out  # 229 less the 4 crowd regions
 
     def by_image(content):

@@ -1,100 +1,18 @@
 #!/usr/bin/env python
 """What a config's model costs.
 
-    python tools/analyze_model.py <Cfg> [--test-size H W] [--device D] [--json PATH]
-
-Prints the parameters (total, trainable under system.freeze, per top-level module), the FLOPs of
-one forward of one image at the test input size (default 511 x 511, the size CornerNet-Lite's
-numbers are quoted at) and at the training input size (db.input_size), and the activation memory
-of a training step of one image on the device (see core/nnet/cost.py for what each counts).
+`cornernet analyze model` (cornernet/commands/analyze_model.py), run as a file from a checkout:
+    python tools/analyze_model.py
 """
 
-from __future__ import annotations
-
-import argparse
-import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Python puts this file's folder (tools/) first on the path; the checkout's root takes its place,
+# as `python -m` from the root would have it, so that `cornernet` and `core` are the checkout's.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-import torch
-
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
-from core.config import CONFIG_DIR, SystemConfig, load_config
-from core.engine.cli import run_cli
-from core.models import build_model
-from core.models.fit import check_input_fit
-from core.nnet.cost import (
-    cuda_step_peak_bytes,
-    forward_flops,
-    parameter_counts,
-    saved_activation_bytes,
-)
-from core.nnet.freeze import freeze
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Parameters, FLOPs and activation memory of "
-                                                 "a config's model")
-    parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--test-size", type=int, nargs=2, default=[511, 511],
-                        metavar=("H", "W"), help="input of the test forward (default 511 511)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="where the training step's activation memory is measured")
-    parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    return parser.parse_args(argv)
-
-
-def analyze(system_config: SystemConfig, db_config: dict, test_size: tuple[int, int],
-            device: torch.device) -> dict:
-    """The numbers the tool prints, as a dict."""
-    with torch.device("meta"):
-        model = build_model(system_config.model_name, db_config["categories"])
-    freeze(model, system_config.freeze)
-    train_size = tuple(db_config["input_size"])
-    report = {"config": system_config.snapshot_name, "parameters": parameter_counts(model),
-              "test_size": list(test_size), "train_size": list(train_size),
-              "test_gflops": forward_flops(model, test_size, test=True) / 1e9,
-              "train_gflops": forward_flops(model, train_size, test=False) / 1e9}
-    if device.type == "cuda":
-        on_device = build_model(system_config.model_name, db_config["categories"]).to(device)
-        report["activation_mib"] = cuda_step_peak_bytes(on_device, train_size, device) / 2**20
-        report["activation_measure"] = f"peak allocated on {device}"
-    else:
-        report["activation_mib"] = saved_activation_bytes(model, train_size) / 2**20
-        report["activation_measure"] = "saved for backward (counted on the meta device)"
-    return report
-
-
-def format_report(report: dict) -> str:
-    params = report["parameters"]
-    width = max(len(name) for name in params["modules"])
-    head = f"{report['config']}: {params['total']:,} parameters ({params['trainable']:,} trainable)"
-    lines = [head]
-    lines += [f"  {name:<{width}}  {count:>12,}" for name, count in params["modules"].items()]
-    lines.append(f"FLOPs of one forward, test path at {report['test_size'][0]} x "
-                 f"{report['test_size'][1]}: {report['test_gflops']:.1f} G")
-    lines.append(f"FLOPs of one forward, training path at {report['train_size'][0]} x "
-                 f"{report['train_size'][1]}: {report['train_gflops']:.1f} G")
-    lines.append(f"activation memory of a training step, one image: "
-                 f"{report['activation_mib']:.0f} MiB ({report['activation_measure']})")
-    return "\n".join(lines)
-
-
-def main(args: argparse.Namespace) -> dict:
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    check_input_fit(system_config.model_name, args.test_size,
-                    "--test-size")
-    report = analyze(system_config, db_config, tuple(args.test_size), torch.device(args.device))
-    print(format_report(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1))
-    return report
-
+from cornernet.commands.analyze_model import main  # after the line above
 
 if __name__ == "__main__":
-    sys.exit(run_cli(lambda: main(parse_args())))
+    sys.exit(main(prog="tools/analyze_model.py"))

@@ -1,149 +1,18 @@
 #!/usr/bin/env python
 """What limits a snapshot's AP: the COCO error breakdown and a confusion matrix.
 
-    python tools/analyze_results.py <Cfg> [--testiter N|best] [--split S] [--suffix X]
-                                    [--score-thresh T] [--iou-thresh U]
-
-Reads the results folder that `test.py <Cfg>` (or the evaluation during training) wrote,
-results/<Cfg>/<iter>/<split>[/<suffix>]/, and writes into it:
-
-- breakdown.json and a printed table: per category and overall, the AP as errors are forgiven
-  one kind after another (C75, C50, Loc, Sim, Oth, BG, FN; see core/inference/error_analysis.py);
-- a label control: the overall AP50 again against the same boxes with their category ids
-  shuffled (each category moved to another; `shuffled_labels` in breakdown.json): a model that
-  learnt the labels loses it, an AP reached without them stays;
-- confusion.png (matplotlib, the `plot` extra) and confusion.json: true category against
-  detected category for detections above --score-thresh at IoU --iou-thresh, with a background
-  row (detections on nothing) and a "missed" column (objects nobody found).
+`cornernet analyze results` (cornernet/commands/analyze_results.py), run as a file from a checkout:
+    python tools/analyze_results.py
 """
 
-from __future__ import annotations
-
-import argparse
-import json
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Python puts this file's folder (tools/) first on the path; the checkout's root takes its place,
+# as `python -m` from the root would have it, so that `cornernet` and `core` are the checkout's.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-import numpy as np
-
-from core.config import CONFIG_DIR, load_config, lookup, snapshot_arg
-from core.config.rules import unit_interval
-from core.dbs import datasets
-from core.engine.cli import run_cli
-from core.errors import UsageError
-from core.inference import results_folder
-from core.inference.error_analysis import (
-    breakdown,
-    confusion_matrix,
-    format_breakdown,
-    read_json,
-    read_run,
-    shuffled_truth,
-)
-from core.utils.files import write_file_atomic
-
-SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Error breakdown and confusion matrix of a "
-                                                 "test.py results folder")
-    parser.add_argument("cfg_file", help="config name in configs/")
-    parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration or 'best', as given to test.py "
-                             "(default: system.max_iter)")
-    parser.add_argument("--split", choices=list(SPLITS), default="validation")
-    parser.add_argument("--suffix", default=None, help="as given to test.py")
-    parser.add_argument("--score-thresh", type=unit_interval, default=0.3,
-                        help="detections counted in the confusion matrix score above this")
-    parser.add_argument("--iou-thresh", type=unit_interval, default=0.5,
-                        help="IoU at which a detection is on an object in the confusion matrix")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    return parser.parse_args(argv)
-
-
-def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) -> None:
-    """Rows (true) normalised to 1, coloured; the categories that occur in neither the objects
-    nor the detections are left out so that 80 classes stay readable."""
-    from matplotlib import pyplot
-    used = np.flatnonzero(matrix.sum(axis=0) + matrix.sum(axis=1))
-    shown = matrix[np.ix_(used, used)]
-    labels = [names[i] for i in used]
-    rates = shown / np.maximum(shown.sum(axis=1, keepdims=True), 1)
-    side = max(4.0, 0.28 * len(used) + 2.5)
-    figure, axis = pyplot.subplots(figsize=(side, side), dpi=100)
-    try:
-        image = axis.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-        axis.set_xticks(range(len(used)), labels, rotation=90, fontsize="small")
-        axis.set_yticks(range(len(used)), labels, fontsize="small")
-        axis.set_xlabel("detected as")
-        axis.set_ylabel("true category")
-        axis.set_title(title, fontsize="small")
-        if len(used) <= 25:
-            for (row, col), count in np.ndenumerate(shown):
-                if count:
-                    axis.text(col, row, str(count), ha="center", va="center", fontsize="x-small",
-                              color="white" if rates[row, col] > 0.5 else "black")
-        figure.colorbar(image, ax=axis, fraction=0.046, label="share of the row")
-        figure.tight_layout()
-        write_file_atomic(out, lambda file: figure.savefig(file, format="png"))
-    finally:
-        pyplot.close(figure)
-
-
-def main(args: argparse.Namespace) -> dict:
-    try:
-        import matplotlib  # noqa: F401 - checked before the work
-    except ImportError:
-        raise UsageError('the confusion-matrix picture needs matplotlib: pip install -e ".[plot]"'
-                         ) from None
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = system_config.max_iter if args.testiter is None else args.testiter
-    split = getattr(system_config, SPLITS[args.split])
-    folder = results_folder(system_config, testiter, split, args.suffix or None)
-    summary_file, results_file = folder / "metrics.json", folder / "results.json"
-    for path in (summary_file, results_file):
-        if not path.is_file():
-            raise UsageError(f"{path} does not exist: run python test.py {args.cfg_file} "
-                             f"--testiter {testiter} first")
-    summary = read_json(summary_file, "the metrics file")
-    if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
-            and isinstance(summary.get("annotation_file"), str)):
-        raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
-                         f"another version?); run python test.py {args.cfg_file} --testiter "
-                         f"{testiter} again")
-    db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
-                                                            sys_config=system_config)
-    image_ids = [db.image_id(ind) for ind in db.db_inds[:summary["num_images"]]]
-    truth, found, categories = read_run(Path(summary["annotation_file"]), results_file,
-                                        image_ids)
-    analysis = breakdown(truth, found, categories)
-    print(format_breakdown(analysis))
-    if len({int(c) for g in truth.values() for c in g.category}) > 1:
-        shuffled = breakdown(shuffled_truth(truth, seed=0), found, categories)["overall"]
-        analysis["shuffled_labels"] = shuffled
-        print(f"label control: AP50 {analysis['overall']['C50']:.4f} against the annotations, "
-              f"{shuffled['C50']:.4f} against the same boxes with their category ids shuffled "
-              f"(every category moved to another)")
-    (folder / "breakdown.json").write_text(json.dumps(analysis, indent=1))
-    ids = [c["id"] for c in categories]
-    matrix = confusion_matrix(truth, found, ids, args.score_thresh, args.iou_thresh)
-    names = [c["name"] for c in categories]
-    (folder / "confusion.json").write_text(json.dumps({
-        "rows": [*names, "background"], "columns": [*names, "missed"],
-        "score_thresh": args.score_thresh, "iou_thresh": args.iou_thresh,
-        "counts": matrix.tolist()}))
-    plot_confusion(matrix, [*names, "background / missed"], folder / "confusion.png",
-                   f"{args.cfg_file} {testiter} {split}: score > {args.score_thresh}, "
-                   f"IoU >= {args.iou_thresh}")
-    print(f"wrote {folder / 'breakdown.json'}, {folder / 'confusion.json'} and "
-          f"{folder / 'confusion.png'}")
-    return analysis
-
+from cornernet.commands.analyze_results import main  # after the line above
 
 if __name__ == "__main__":
-    sys.exit(run_cli(lambda: main(parse_args())))
+    sys.exit(main(prog="tools/analyze_results.py"))

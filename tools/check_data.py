@@ -1,146 +1,18 @@
 #!/usr/bin/env python
 """Look at a config's data before training: counts, problems, and what the network is shown.
 
-    python tools/check_data.py <Cfg> [--splits train val] [--out DIR] [--batch-images 4]
-
-For each split (by default the config's train_split and val_split) it prints and writes to
-<out>/report.json (default <result_dir>/<Cfg>/check/): images, objects, objects per class and
-the classes missing, objects per image, box sizes (COCO small/medium/large by box area) and
-aspect ratios, boxes the loader clipped or dropped and why, unreadable images, images without
-labels, duplicate images (by content), the share of objects the training crops cut off
-(sampled), and for the training split the settings that fit its image and box sizes as a
-`--set` line with the crop loss before and after; across splits: classes found in one split
-only and images found in two. It draws
-<out>/train_batch0.jpg: augmented training images exactly as the sampler builds them with their
-boxes and, beside each, the rendered top-left and bottom-right heatmaps (all classes, max) with
-the offset arrows (and the attention maps for Saccade); and <out>/labels.png (class histogram,
-box centres, box sizes) when matplotlib is installed (pip install -e ".[plot]").
+`cornernet check` (cornernet/commands/check.py), run as a file from a checkout:
+    python tools/check_data.py
 """
 
-from __future__ import annotations
-
-import argparse
-import json
+import sys
 from pathlib import Path
 
-import numpy as np
+# Python puts this file's folder (tools/) first on the path; the checkout's root takes its place,
+# as `python -m` from the root would have it, so that `cornernet` and `core` are the checkout's.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-from core.config import CONFIG_DIR, load_config, lookup
-from core.data.advice import advice_lines, settings_advice
-from core.data.check import across_splits, class_lines, save_batch_picture, split_report
-from core.dbs import datasets
-from core.engine.cli import run_cli
-from core.sample import sampler
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Check a config's data before training")
-    parser.add_argument("cfg_file", help="config name in configs/")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--splits", nargs="+", default=None,
-                        help="split keys (default: the config's train_split and val_split)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the folder for report.json and the pictures")
-    parser.add_argument("--batch-images", type=int, default=4)
-    parser.add_argument("--crop-samples", type=int, default=64,
-                        help="training images that get one augmented view each to measure "
-                             "the crop cut-offs")
-    return parser.parse_args(argv)
-
-
-def draw_labels(path: Path, reports: dict, points: dict) -> str:
-    """labels.png: objects per class by split, box centres and box sizes (normalised)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 'labels.png skipped: it needs matplotlib (pip install -e ".[plot]")'
-    figure, axes = plt.subplots(1, 3, figsize=(18, 5))
-    first = next(iter(reports.values()))
-    names = list(first["objects_per_class"])
-    width = 0.8 / len(reports)
-    for k, (split, report) in enumerate(reports.items()):
-        axes[0].bar(np.arange(len(names)) + k * width, list(report["objects_per_class"].values()),
-                    width, label=split)
-    axes[0].set_xticks(np.arange(len(names)), names, rotation=90, fontsize=6)
-    axes[0].set_title("objects per class")
-    axes[0].legend()
-    for split, xy in points.items():
-        axes[1].scatter(xy[:, 0], xy[:, 1], s=2, alpha=0.4, label=split)
-        axes[2].scatter(xy[:, 2], xy[:, 3], s=2, alpha=0.4, label=split)
-    axes[1].set(title="box centres", xlabel="x / width", ylabel="y / height", xlim=(0, 1),
-                ylim=(1, 0))
-    axes[2].set(title="box sizes", xlabel="width / image width",
-                ylabel="height / image height", xlim=(0, 1), ylim=(0, 1))
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return f"wrote {path}"
-
-
-def summary(split: str, report: dict) -> str:
-    crops = report["training_crops"]
-    lines = [
-        (f"{split}: {report['images']} images, {report['objects']} objects "
-        f"({report['crowd_regions']} crowd/difficult regions), objects per image "
-        f"{report['objects_per_image']['min']}-{report['objects_per_image']['max']} "
-        f"(mean {report['objects_per_image']['mean']:.1f})"),
-        (f"  images without labels {report['images_without_labels']['count']}, unreadable "
-        f"{report['unreadable_images']['count']}, duplicate groups "
-        f"{report['duplicate_images']['groups']}, over max_objects "
-        f"{report['over_max_objects']['images']}"),
-        "  sizes " + ", ".join(f"{k} {v}" for k, v in report["box_sizes"].items()) +
-        "; aspect w:h " + ", ".join(f"{k} {v}" for k, v in report["aspect_ratios"].items()),
-        f"  classes missing: {len(report['classes_missing'])}"
-        + (f" ({', '.join(report['classes_missing'][:8])}"
-           f"{', ...' if len(report['classes_missing']) > 8 else ''})"
-           if report["classes_missing"] else ""),
-        f"  training crops ({crops['sampled_objects']} objects of {crops['sampled_images']} "
-        f"images): removed {crops['removed']:.1%}, under half left {crops['mostly_cut']:.1%}, "
-        f"partly cut {crops['partly_cut']:.1%} {crops['note']}".rstrip(),
-    ]
-    lines[1:1] = class_lines(report)
-    lines += [f"  loader: {message}" for message in report["loader"]]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    dataset = lookup(datasets, system_config.dataset, "dataset")
-    splits = args.splits or list(dict.fromkeys([system_config.train_split,
-                                                system_config.val_split]))
-    out = args.out or system_config.result_dir / "check"
-    out.mkdir(parents=True, exist_ok=True)
-    reports, hashes, points = {}, {}, {}
-    for split in splits:
-        db = dataset(db_config, split=split, sys_config=system_config)
-        samples = args.crop_samples if split == system_config.train_split else 0
-        reports[split], hashes[split], points[split] = split_report(
-            db, system_config.sampling_function, samples, system_config.seed)
-        print(summary(split, reports[split]))
-        if split == system_config.train_split:
-            reports[split]["settings"] = settings_advice(db, system_config.sampling_function,
-                                                         args.crop_samples, system_config.seed)
-            print("\n".join(advice_lines(reports[split]["settings"])))
-    both = across_splits(reports, hashes)
-    for key, names in both["classes_in_one_split_only"].items():
-        print(f"classes of {key}: {', '.join(names)}")
-    print(f"images found in two splits: {both['images_in_two_splits']['count']}")
-    report = {"config": args.cfg_file, "splits": reports, "across_splits": both}
-    (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"wrote {out / 'report.json'}")
-
-    picture = out / "train_batch0.jpg"
-    sample = sampler(system_config.sampling_function, system_config.strict_images)
-    save_batch_picture(sample, dataset(db_config, split=system_config.train_split,
-                                       sys_config=system_config), picture, args.batch_images)
-    print(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
-          f"heatmaps with offset arrows, one row per image")
-    print(draw_labels(out / "labels.png", reports, points))
-    return report
-
+from cornernet.commands.check import main  # after the line above
 
 if __name__ == "__main__":
-    run_cli(main)
+    sys.exit(main(prog="tools/check_data.py"))

@@ -1,87 +1,18 @@
 #!/usr/bin/env python
 """Plot a run's curves from its metrics file.
 
-    python tools/plot_metrics.py <Cfg | path/to/metrics.jsonl> [--out PNG] [--cache-dir DIR]
-
-Reads cache/nnet/<Cfg>/metrics.jsonl (one JSON object a line, written by train.py) and writes
-a PNG, by default metrics.png beside it, with a panel for each of: the loss terms and the total
-loss (and the validation loss) against iteration, the learning rate, and the validation AP,
-AP50 and AP75 (once an evaluation has run). It can run while training goes on: a last line still
-being written is left out, and the PNG is written under another name and renamed, so a viewer
-never shows half an image. matplotlib is an optional extra: pip install -e ".[plot]".
+`cornernet plot` (cornernet/commands/plot.py), run as a file from a checkout:
+    python tools/plot_metrics.py
 """
 
-from __future__ import annotations
-
-import argparse
-import os
 import sys
 from pathlib import Path
 
-if __package__ in (None, ""):  # run as a file from a checkout: the project is importable too
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# Python puts this file's folder (tools/) first on the path; the checkout's root takes its place,
+# as `python -m` from the root would have it, so that `cornernet` and `core` are the checkout's.
+sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
-from core.config import load_config
-from core.engine.cli import report
-from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
-from core.engine.metrics import read_lines
-from core.errors import UsageError
-
-
-def read_metrics(path: Path) -> list[dict]:
-    """The records of a metrics.jsonl file, in file order, read as the trainer reads them: a
-    damaged line is left out and named once on stderr."""
-    if not path.is_file():
-        raise MetricsError(f"no metrics file at {path}: train with this config first, or "
-                           f"name the file (or --cache-dir) the run wrote to")
-    try:
-        return read_lines(path, lambda text: print(f"note: {text}", file=sys.stderr))
-    except OSError as err:
-        raise MetricsError(f"cannot read {path}: {err.strerror}") from None
-
-
-def metrics_path(target: str, cache_dir: str | None) -> Path:
-    """The metrics file named by `target`: a path to it, or a config name whose run wrote it
-    to <cache_dir>/nnet/<snapshot_name>/metrics.jsonl."""
-    if target.endswith(".jsonl") or os.sep in target or Path(target).is_file():
-        if cache_dir is not None:
-            raise MetricsError("--cache-dir goes with a config name, not with a metrics file")
-        return Path(target)
-    system_config, _ = load_config(target)
-    if cache_dir is not None:
-        system_config = system_config.replace(cache_dir=str(Path(cache_dir).resolve()))
-    return system_config.snapshot_dir / "metrics.jsonl"
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Plot the loss terms, learning rate and "
-                                     "validation AP of a run against iteration")
-    parser.add_argument("target", help="config name (reads cache/nnet/<Cfg>/metrics.jsonl) or "
-                                       "the path of a metrics.jsonl file")
-    parser.add_argument("--out", type=Path, help="PNG to write (default: metrics.png beside "
-                                                 "the metrics file)")
-    parser.add_argument("--cache-dir", help="the run's system.cache_dir, if not the config's")
-    return parser.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        try:
-            import matplotlib  # noqa: F401 - only to say how to get it
-        except ImportError:
-            raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
-        path = metrics_path(args.target, args.cache_dir)
-        curves = select_curves(read_metrics(path), path,
-                               lambda line: print(line, file=sys.stderr))
-        out = args.out or path.with_name("metrics.png")
-        plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
-    except Exception as err:  # noqa: BLE001 - one report, by the project's table
-        return report(err, argv)
-    print(f"wrote {out}")
-    return 0
-
+from cornernet.commands.plot import main  # after the line above
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(prog="tools/plot_metrics.py"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, UsageError, closest
@@ -54,6 +55,14 @@ def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[s
             raise ConfigError(f"--set {item}: unknown key {key}; {closest(key, valid)}")
         found[section][name] = _value(text)
     return found
+
+
+def snapshot_or_file_arg(text: str) -> int | str | Path:
+    """--testiter of test and export: `snapshot_arg`'s values, or the path of a snapshot file
+    (`.pkl`), as `cornernet predict --snapshot` takes one (`checkpoint.snapshot_label`)."""
+    if text.endswith(".pkl"):
+        return Path(text)
+    return snapshot_arg(text)
 
 
 def snapshot_arg(text: str) -> int | str:

@@ -17,11 +17,13 @@ every error.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import RunFailure, Stopped, UserMistake
@@ -77,28 +79,88 @@ def report(err: BaseException, argv: list[str] | None = None) -> int:
     return status
 
 
-def run_cli(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None) -> None:
-    """Run a script's `main()` and exit with the status its outcome calls for.
+# What a command may change for the whole process, and gets back when its `run` ends.
+KEPT_SIGNALS = tuple(getattr(signal, name) for name in
+                     ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
+
+
+@contextlib.contextmanager
+def process_kept() -> Iterator[None]:
+    """A block after which the process is as it was before: the handlers of the stop and resume
+    signals and the signal mask (`core.engine.stop` installs handlers), torch's thread counts
+    (when torch is imported: this module imports none) and the environment. The commands' `run`
+    go through it, so that `cornernet.train()` in a notebook leaves Ctrl-C working."""
+    handlers = {sig: signal.getsignal(sig) for sig in KEPT_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    environ = dict(os.environ)
+    torch = sys.modules.get("torch")
+    threads = torch.get_num_threads() if torch is not None else None
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if os.environ != environ:
+            os.environ.clear()
+            os.environ.update(environ)
+        torch = sys.modules.get("torch")
+        if torch is not None and threads is not None and torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def keeps_process(run: Callable[..., Any]) -> Callable[..., Any]:
+    """`run` made to leave the process as it found it (`process_kept`), returns or raises."""
+
+    @functools.wraps(run)
+    def kept(*args: Any, **kwargs: Any) -> Any:
+        with process_kept():
+            return run(*args, **kwargs)
+
+    return kept
+
+
+def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None,
+                argv: list[str] | None = None) -> int:
+    """Run a command's work and return the exit status its outcome calls for (the table above);
+    a SystemExit inside (argparse's usage error, --help) gives its status, as a process would.
 
     A stop signal ends it at once (`core.engine.stop`, the same rules as training's: a second
-    Ctrl-C hurries, quietly).
+    Ctrl-C hurries, quietly); the signal handlers are the caller's again afterwards.
 
     Args:
-        main: the script's work; its return value is ignored.
+        main: the command's work; its return value is ignored.
         on_stop: the line to print when stopped by a signal (what was kept, how to continue).
+        argv: the command line (for `--debug`).
     """
-    StopRequest(at_once=True)
-    try:
+    with process_kept():
+        StopRequest(at_once=True)
         try:
-            check_environment()  # a misspelt CORNERNET_* name or a wrong value, before any work
-            main()
-            status = 0
-        except Stopped as stop:
-            status = 128 + stop.signum
-            print(f"stopped by {stop}" + (f": {on_stop(stop)}" if on_stop else ""),
-                  file=sys.stderr)
-        except Exception as err:  # noqa: BLE001 - every failure becomes a report
-            status = report(err, sys.argv)
-    except KeyboardInterrupt:  # the second Ctrl-C, wherever it lands: the user will not wait
-        status = 128 + signal.SIGINT
-    sys.exit(status)
+            try:
+                check_environment()  # a misspelt CORNERNET_* name or a wrong value, before any work
+                main()
+                return 0
+            except Stopped as stop:
+                print(f"stopped by {stop}" + (f": {on_stop(stop)}" if on_stop else ""),
+                      file=sys.stderr)
+                return 128 + stop.signum
+            except Exception as err:  # noqa: BLE001 - every failure becomes a report
+                return report(err, sys.argv if argv is None else argv)
+            except SystemExit as done:  # argparse's usage errors and --help; an exit status
+                return _status(done.code)
+        except KeyboardInterrupt:  # the second Ctrl-C, wherever it lands: the user will not wait
+            return 128 + signal.SIGINT
+
+
+def _status(code: object) -> int:
+    """The exit status `sys.exit(code)` gives a process: None 0, an int itself, else 1 with the
+    object printed to stderr."""
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_cli(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None) -> None:
+    """`exit_status` of `main`, then exit with it (a script's last line)."""
+    sys.exit(exit_status(main, on_stop))

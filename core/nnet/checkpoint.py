@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 from torch import nn
 
-from ..errors import ConfigError, UserMistake
+from ..errors import ConfigError, UsageError, UserMistake
 from ..models import strip_module_prefix
 from ..utils.files import write_atomic
 
@@ -40,6 +40,25 @@ def require_snapshot(system_config: SystemConfig, iteration: int | str,
     have = sorted(p.name for p in folder.glob("*.pkl")) if folder.is_dir() else []
     raise SnapshotMissing(f"no snapshot for iteration {iteration}: {path} does not exist "
                           f"(available: {', '.join(have) or 'none'}); {hint}")
+
+
+def snapshot_label(system_config: SystemConfig, value: int | str | Path) -> int | str:
+    """The iteration (a number, "best", "best.aside<k>") that `value` names: itself, or for the
+    path of a snapshot file (--testiter FILE) the one in its name, `<Cfg>_<iteration>.pkl` in
+    the config's snapshot folder, where test and export find their snapshots and name their
+    outputs. A file elsewhere or named otherwise is a one-line UsageError saying what to do."""
+    if not isinstance(value, Path):
+        return value
+    if not value.is_file():
+        raise SnapshotMissing(f"no snapshot file {value}")
+    prefix = f"{system_config.snapshot_name}_"
+    label = value.stem.removeprefix(prefix) if value.stem.startswith(prefix) else ""
+    named = int(label) if label.isdigit() else label
+    if value.resolve() != system_config.snapshot_file(named).resolve():
+        raise UsageError(f"--testiter {value}: test and export read the snapshots of the config, "
+                         f"{system_config.snapshot_dir}/{prefix}<iteration>.pkl; copy the file "
+                         "there under such a name, or run `cornernet predict --snapshot` on it")
+    return named
 
 
 def read_snapshot(path: Path) -> dict:

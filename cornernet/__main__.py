@@ -1,0 +1,5 @@
+"""`python -m cornernet <command> ...`: the `cornernet` command."""
+
+from .cli import entry
+
+entry()

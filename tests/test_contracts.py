@@ -1,0 +1,61 @@
+"""The package is the program: the checkout's entry scripts only call their command, no module
+imports a script, and nothing runs a file by path or reaches into sys.path."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["train.py", "test.py", "demo.py", *sorted(
+    p.relative_to(ROOT).as_posix() for p in (ROOT / "tools").glob("*.py"))]
+SCRIPT_NAMES = {"train", "test", "demo", *(Path(s).stem for s in SCRIPTS)}
+PRODUCT = [p for folder in ("core", "cornernet") for p in (ROOT / folder).rglob("*.py")]
+
+
+def imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+def test_every_entry_script_imports_only_its_command():
+    commands = set()
+    for script in SCRIPTS:
+        ours = {name for name in imports(ROOT / script) if name not in ("sys", "pathlib")}
+        called = {name for name in ours if name.startswith("cornernet.commands.")}
+        assert len(called) == 1, (script, ours)
+        assert ours - called <= {"core.engine.stop"}, (script, ours)  # train.py's early catch
+        commands |= called
+    assert len(commands) == len(SCRIPTS)  # each script its own command
+
+
+def test_no_module_of_the_package_imports_a_script():
+    for path in PRODUCT:
+        tops = {name.split(".")[0] for name in imports(path)}
+        assert not tops & (SCRIPT_NAMES | {"tools", "_scripts", "_tools"}), path
+
+
+def test_nothing_runs_a_file_by_path_or_changes_sys_path():
+    for path in PRODUCT:
+        text = path.read_text()
+        assert "runpy" not in text and "sys.path.insert" not in text, path
+
+
+def test_no_command_starts_another_as_a_process():
+    """One command needing another (benchmark exporting) calls its `run` in-process."""
+    for path in [*(ROOT / "cornernet").rglob("*.py")]:
+        assert "subprocess" not in imports(path), path
+
+
+def test_the_wheel_maps_no_folder_of_the_checkout_onto_the_package_but_the_configs():
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setup.get("package-dir", {}) == {"cornernet.configs": "configs"}
+    assert not [name for name in setup["packages"] if name.split(".")[0] not in ("core",
+                                                                                "cornernet")]
