@@ -176,8 +176,8 @@ def test_a_bogus_set_key_with_a_snapshot_file_is_one_line(tiny, coco128, tmp_pat
 
 
 def test_the_command_and_the_api_share_one_default_threshold(tiny):
-    import demo
-    args = demo.parse_args(["--snapshot", "x.pkl", "--images", "a.jpg"])
+    from cornernet.commands import predict
+    args = predict.parse_args(["--snapshot", "x.pkl", "--images", "a.jpg"])
     assert args.thresh == DEFAULT_THRESH == Detector.__init__.__defaults__[0]
     assert args.out is None  # runs/predict, runs/predict2, ...
 

@@ -11,10 +11,6 @@ dispatches by COMMANDS; the API (cornernet/api.py) calls `run`.
 
 from __future__ import annotations
 
-# Every command reads configs: the datasets declare their db keys to the config check when
-# core.dbs is imported (no torch: --help stays cheap).
-import core.dbs  # noqa: F401
-
 # command: module of cornernet.commands
 COMMANDS = {"train": "train", "test": "test", "predict": "predict", "export": "export",
             "analyze": "analyze", "check": "check", "convert": "convert",
