@@ -14,6 +14,10 @@ x_png.jpg. Ctrl-C finishes the current frame and closes the outputs, so that the
 
 from __future__ import annotations
 
+from core.utils.threads import before_torch
+
+before_torch()  # first: OpenMP threads that sleep while they wait (core/utils/threads.py)
+
 import argparse
 import time
 from collections import Counter
@@ -91,20 +95,23 @@ def output_files(inputs: list[Path], out_dir: Path) -> list[Path]:
 def open_detector(args: argparse.Namespace) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
     if args.snapshot is not None:
-        return Detector.from_snapshot(args.snapshot, args.device, thresh=args.thresh)
+        return Detector.from_snapshot(args.snapshot, args.device, thresh=args.thresh,
+                                      threads=args.threads)
     if args.cfg_file is None:
         return Detector.from_onnx(args.onnx, args.device, args.config_dir, args.runtime,
-                                  args.precision, thresh=args.thresh)
+                                  args.precision, thresh=args.thresh, threads=args.threads)
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
                                            overrides=args.overrides)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     if args.runtime == "torch":
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(args.runtime, system_config, DETECTION(db_config), testiter,
-                              args.device, args.onnx, precision=args.precision)
-    names, category_ids = class_table(system_config, db_config, strict=True)
+                              args.device, args.onnx, precision=args.precision,
+                              threads=args.threads)
+    names, category_ids = class_table(system_config, db_config, strict=True,
+                                      recorded=network.classes)
     return Detector(network, system_config, db_config, thresh=args.thresh, names=names,
-                    category_ids=category_ids)
+                    category_ids=category_ids, threads=args.threads)
 
 
 class Outputs:

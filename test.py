@@ -9,6 +9,10 @@ interrupted run continues where it stopped when run again with the same settings
 
 from __future__ import annotations
 
+from core.utils.threads import before_torch, threads_line
+
+before_torch()  # first: OpenMP threads that sleep while they wait (core/utils/threads.py)
+
 import argparse
 import time
 from pathlib import Path
@@ -215,10 +219,10 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
     """The network, and the journal of these settings with what it already holds."""
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
                                     args.onnx, raw_weights=args.raw_weights,
-                                    precision=args.precision)
+                                    precision=args.precision, threads=args.threads)
     # OpenVINO's precision changes the results: a journal of another precision is not resumed.
     runtime = args.runtime + (f" {nnet.precision}" if args.runtime == "openvino" else "")
-    print(f"loading {model_file} ({runtime})")
+    print(f"loading {model_file} ({runtime}); {threads_line(torch.get_num_threads())}")
     print(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
                    "snapshot": snapshot_identity(model_file), "runtime": runtime,

@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from core.utils.threads import before_torch
+
 # subcommand: (module in the installed package, file in a checkout, what it does)
 COMMANDS = {
     "train": ("cornernet._scripts.train", "train.py", "train a detector (train.py)"),
@@ -77,6 +79,7 @@ def run(name: str, argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    before_torch()  # effective where torch is not imported yet (core/utils/threads.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())

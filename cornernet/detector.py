@@ -33,6 +33,7 @@ from core.inference import test_func
 from core.inference.network import InferenceNetwork
 from core.inference.onnx_runtime import OnnxNetwork
 from core.nnet.checkpoint import require_snapshot
+from core.utils.threads import use_threads
 
 from .results import Result
 from .sources import frames
@@ -46,12 +47,17 @@ def snapshot_value(snapshot: int | str) -> int | str:
         raise ConfigError(f"snapshot {snapshot!r}: {err}") from None
 
 
-def class_table(system_config: SystemConfig, db_config: dict,
-                strict: bool = False) -> tuple[list[str], list[int]]:
-    """(names, dataset ids) of classes 1..C: from the validation split's annotations where
-    the dataset is there, else "class <c>" and c. `strict`: an annotation file the config
-    names that is missing or broken is an error (a config the user named), not passed over
-    (a snapshot or export carried to another machine)."""
+def class_table(system_config: SystemConfig, db_config: dict, strict: bool = False,
+                recorded: tuple[list[str], list[int]] | None = None
+                ) -> tuple[list[str], list[int]]:
+    """(names, dataset ids) of classes 1..C: those the snapshot or exported file records
+    (`recorded`, the network's `classes`) first, in any folder; else from the validation
+    split's annotations where the dataset is there (a file from before names were recorded),
+    else "class <c>" and c. `strict`: an annotation file the config names that is missing or
+    broken is an error (a config the user named), not passed over (a snapshot or export
+    carried to another machine)."""
+    if recorded is not None:
+        return list(recorded[0]), list(recorded[1])
     count = int(db_config["categories"])
     named = system_config.val_split in (db_config.get("annotation_files") or {})
     try:  # a dataset that is not there is not made (Shapes would be generated) for its names
@@ -75,15 +81,21 @@ class Detector:
         network: an `InferenceNetwork` (torch) or `OnnxNetwork` (onnxruntime).
         system_config, db_config: the config it was trained with (its test settings are used).
         thresh: results keep detections scoring above it (0: all, as test.py scores them).
+        names, category_ids: of classes 1..C (default: those the network's file records,
+            else the dataset's, `class_table`).
+        threads: CPU threads (default: OMP_NUM_THREADS, else the CPUs this process may use;
+            `core.utils.threads`). The constructors set them before the network is made.
     """
 
     def __init__(self, network: Any, system_config: SystemConfig, db_config: dict,
                  thresh: float = 0.3, names: list[str] | None = None,
-                 category_ids: list[int] | None = None) -> None:
+                 category_ids: list[int] | None = None, threads: int | None = None) -> None:
         self.network, self.system_config, self.thresh = network, system_config, thresh
+        self.threads = use_threads(threads)
         self.settings = DETECTION(db_config)  # test settings and normalisation statistics
         if names is None or category_ids is None:
-            names, category_ids = class_table(system_config, self.settings.configs)
+            names, category_ids = class_table(system_config, self.settings.configs,
+                                              recorded=getattr(network, "classes", None))
         self.names, self.category_ids = list(names), list(category_ids)
         self._inference = lookup(test_func, system_config.sampling_function,
                                  "sampling function")
@@ -92,7 +104,8 @@ class Detector:
     @classmethod
     def from_snapshot(cls, path: str | Path, device: str | None = None,
                       raw_weights: bool = False, **kwargs: Any) -> Detector:
-        """From a snapshot file alone: it records its resolved config."""
+        """From a snapshot file alone: it records its resolved config and class names."""
+        use_threads(kwargs.get("threads"))
         network = InferenceNetwork.from_file(path, device=device, raw_weights=raw_weights)
         return cls(network, network.system_config, network.db_config, **kwargs)
 
@@ -103,6 +116,7 @@ class Detector:
                     **kwargs: Any) -> Detector:
         """From config `config` and its snapshot `snapshot` (an iteration, "best", default
         `system.max_iter`), as test.py finds them; `overrides` as --set."""
+        use_threads(kwargs.get("threads"))
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
         testiter = system_config.max_iter if snapshot is None else snapshot_value(snapshot)
         path = require_snapshot(system_config, testiter, "train first or pick another")
@@ -115,6 +129,7 @@ class Detector:
                         config_dir: Path | None = CONFIG_DIR, device: str | None = None,
                         **kwargs: Any) -> Detector:
         """From a plain state dict (an official CornerNet-Lite snapshot) and its config name."""
+        use_threads(kwargs.get("threads"))
         system_config, db_config = load_config(config, config_dir)
         network = InferenceNetwork.from_file(path, system_config, db_config, device)
         return cls(network, system_config, db_config, **kwargs)
@@ -129,6 +144,7 @@ class Detector:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no ONNX file {path}")
+        use_threads(kwargs.get("threads"))  # onnxruntime and OpenVINO take torch's count
         if runtime == "openvino":
             from core.inference.openvino_runtime import model_metadata, read_model
             meta = model_metadata(read_model(path))

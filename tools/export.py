@@ -37,7 +37,7 @@ from core.inference.cornernet import decode_kwargs, network_input, resize_and_pa
 from core.inference.network import InferenceNetwork
 from core.inference.onnx_runtime import OnnxNetwork, onnx_file
 from core.inference.openvino_runtime import openvino, write_openvino_ir
-from core.nnet.checkpoint import plain, read_snapshot, require_snapshot
+from core.nnet.checkpoint import class_record, plain, read_snapshot, require_snapshot
 from core.nnet.export import (
     DEFAULT_MAX_MAP,
     DeployGraph,
@@ -158,7 +158,8 @@ def main(args: argparse.Namespace) -> Path:
                     int(db.configs["categories"]), settings, rule, output_names(model),
                     int(snapshot.get("iteration", testiter)), network.evaluated_weights,
                     weights_digest(model.state_dict()), max_side,
-                    {"system": plain(system_config.full), "db": plain(db.configs)})
+                    {"system": plain(system_config.full), "db": plain(db.configs)},
+                    snapshot.get("classes") or class_record(db))
     start = time.perf_counter()
     try:
         content, names = export_onnx(graph, example, args.opset, meta, max_side)

@@ -17,13 +17,14 @@ is refused with the command that exports it again: nothing in it says which weig
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from core.nnet.checkpoint import read_snapshot
+from core.nnet.checkpoint import read_snapshot, recorded_classes
 from core.nnet.export import (
     IDENTITY_KEYS,
     INPUT_NAME,
@@ -122,7 +123,8 @@ class OnnxNetwork:
     (only detections with `no_att=True`). Tensors come back on the CPU.
 
     Threads: onnxruntime uses as many as torch does (`torch.get_num_threads()`, which
-    OMP_NUM_THREADS sets), so both runtimes follow the same setting.
+    `core.utils.threads` sets), so both runtimes follow the same setting; they do not spin
+    while they wait when OpenMP's do not (OMP_WAIT_POLICY=PASSIVE, the commands' default).
     """
 
     def __init__(self, path: Path, config: str, categories: int, device: str = "cpu",
@@ -133,6 +135,8 @@ class OnnxNetwork:
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
+        if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = ["CPUExecutionProvider"]
         if torch.device(device).type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -149,6 +153,7 @@ class OnnxNetwork:
         self.path = path
         self.meta = read_metadata(self.session)
         check_config(self.meta, path, config, categories)
+        self.classes = recorded_classes(self.meta.get("classes"), categories)
         self.device = torch.device("cpu")
         self.outputs = [output.name for output in self.session.get_outputs()]
         # "ema" or "raw", as test.py reports it; files from before it was recorded hold raw ones

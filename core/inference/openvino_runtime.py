@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from core.nnet.checkpoint import recorded_classes
 from core.nnet.export import META_KEYS
 
 from ..errors import UsageError
@@ -105,6 +106,7 @@ class OpenVinoNetwork(OnnxNetwork):
         self.path = path
         self.meta = model_metadata(model)
         check_config(self.meta, path, config, categories)
+        self.classes = recorded_classes(self.meta.get("classes"), categories)
         self.outputs = [output.get_any_name() for output in model.outputs]
         try:
             self.compiled = openvino().Core().compile_model(

@@ -11,6 +11,7 @@ from typing import Any
 from core.config.rules import check_decode_settings
 from core.nnet.checkpoint import require_snapshot
 from core.utils.device import resolve_device
+from core.utils.threads import use_threads
 
 from ..errors import UsageError
 from .network import InferenceNetwork
@@ -19,7 +20,7 @@ from .openvino_runtime import OpenVinoNetwork
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """--runtime and --onnx, as test.py and demo.py take them."""
+    """--runtime, --onnx, --precision and --threads, as test.py and demo.py take them."""
     parser.add_argument("--runtime", choices=RUNTIMES, default="torch",
                         help="run the network in torch (the snapshot), or the file "
                              "tools/export.py wrote in onnxruntime or OpenVINO")
@@ -31,23 +32,33 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="with --runtime openvino: f32 (default; torch's detections within "
                              "the parity tolerance) or the CPU plugin's default for speed "
                              "(bf16 where the CPU has bf16 units)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads (default: OMP_NUM_THREADS, else the CPUs this process "
+                             "may use); threads wait passively unless OMP_WAIT_POLICY says "
+                             "otherwise")
 
 
 def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
                  device: str | None, onnx: Path | None = None,
-                 raw_weights: bool = False, precision: str = "f32") -> tuple[Any, Path]:
+                 raw_weights: bool = False, precision: str = "f32",
+                 threads: int | None = None) -> tuple[Any, Path]:
     """The network of snapshot `testiter` in `runtime`, ready for `detect`, and its file.
 
     torch: an `InferenceNetwork` (no training factory) with the snapshot's weights, the weight
     average when the snapshot has one (unless `raw_weights`). onnxruntime: an `OnnxNetwork` of
     `onnx` (default `onnx_file`), checked against the config's name and class count; its weights are
     those the export took. openvino: an `OpenVinoNetwork` of the same file at `precision`.
+    Every runtime computes on `threads` CPU threads (`core.utils.threads.choose_threads`).
+    The class names the file records become `db`'s (same category ids), for tables and pictures.
     """
     check_decode_settings(db.configs)
+    use_threads(threads)
     if runtime == "torch":
         path = require_snapshot(system_config, testiter)
-        return InferenceNetwork.from_file(path, system_config, db.configs, device,
-                                          raw_weights), path
+        network = InferenceNetwork.from_file(path, system_config, db.configs, device,
+                                             raw_weights)
+        _recorded_names(db, network)
+        return network, path
     path = Path(onnx) if onnx is not None else onnx_file(system_config, testiter)
     if not path.is_file():
         raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
@@ -60,4 +71,11 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
     else:
         network = OnnxNetwork(path, config, categories, str(resolve_device(device)))
     check_identity(network.meta, path, system_config, testiter, raw_weights)
+    _recorded_names(db, network)
     return network, path
+
+
+def _recorded_names(db: Any, network: Any) -> None:
+    """The class names the network's file records name `db`'s classes (tables, pictures)."""
+    if network.classes is not None and hasattr(db, "use_names"):
+        db.use_names(*network.classes)
