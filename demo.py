@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from core.utils.threads import before_torch
 
-before_torch()  # first: OpenMP threads that sleep while they wait (core/utils/threads.py)
+if __name__ == "__main__":  # first: OpenMP threads sleep while they wait (core/utils/threads.py)
+    before_torch()
 
 import argparse
 import time

@@ -8,12 +8,15 @@ writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continu
 from __future__ import annotations
 
 from core.engine.stop import catch_early
+from core.utils.threads import before_torch
 
 # First, before the heavy imports below (seconds of torch and cv2): from here on a stop or resume
 # signal is remembered, and the run stops after its first iteration with a snapshot. (Imported,
-# train.py changes no handler: `launch` catches them then.)
+# train.py changes no handler: `launch` catches them then.) OpenMP's threads will sleep while
+# they wait (core/utils/threads.py).
 if __name__ == "__main__":
     catch_early()
+    before_torch()
 
 import argparse
 import contextlib
@@ -27,7 +30,7 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, SystemConfig, add_set_arg
 from core.engine.build import build, data_only
 from core.engine.launch import launch
-from core.engine.metrics import display_line
+from core.engine.metrics import Progress, display_line, progress_bar
 from core.engine.schedule import due, learning_rate_at
 from core.engine.steps import validate
 from core.errors import Stopped
@@ -95,8 +98,9 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     nnet, config = run.nnet, system_config
     with contextlib.ExitStack() as stack:
         train_data, val_data = run.open_data(stack)
-        bar = stack.enter_context(tqdm(range(run.start + 1, config.max_iter + 1),
-                                       disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
+        bar = stack.enter_context(progress_bar(range(run.start + 1, config.max_iter + 1),
+                                               rank == 0))
+        progress = Progress(run.start, config.max_iter, not bar.disable)
         metrics = run.open_metrics(stack, bar, db_config)
         if watch is not None:
             stack.callback(watch.close)
@@ -110,7 +114,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 # host sync on display iterations: the loss and the gradient norm are read
                 if result is not None and due(it, config.display):
                     metrics.put(**run.display_values(result, lr))
-                    log(display_line(it, metrics.pending))
+                    log(display_line(it, metrics.pending) + progress.note(it))
                 if val_data is not None and due(it, config.val_iter):
                     metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))  # host sync
                     log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
