@@ -10,6 +10,7 @@ default (no setting); the default with `--busy` processes beside it, each spinni
 core; and 1 thread beside them. Each row prints ms per image (test.py's own count of its detection
 loop), the threads test.py chose, the CPUs this process may use and the load average when the
 row ended: the machine may be shared, so an idle row is only as idle as the load says.
+`--before` adds the default and busy rows with OpenMP's own wait policy (test.py's before).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ if str(ROOT) not in sys.path:  # run as `python bench/bench_threads.py` from a c
 
 from bench._coco128 import COCO128, MISSING
 
+# An empty OMP_WAIT_POLICY is kept by test.py (the user set it) and read by GNU OpenMP as unset
+# (after a one-line complaint on stderr): its own policy, spinning before it sleeps.
+BEFORE = {"OMP_WAIT_POLICY": ""}
 SPIN = ("import numpy as np, time\n"
         "a = np.random.rand(256, 256)\n"
         "while True:\n"
@@ -86,6 +90,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=128)
     parser.add_argument("--busy", type=int, default=2, help="busy processes beside test.py")
     parser.add_argument("--repeats", type=int, default=1, help="runs per row (best kept)")
+    parser.add_argument("--before", action="store_true",
+                        help="also the default threads with OpenMP's own wait policy (spinning "
+                             "a while), as test.py ran before it chose passive waiting")
     args = parser.parse_args()
     if not (COCO128 / "annotations" / "instances_coco128.json").is_file():
         raise SystemExit(MISSING)
@@ -95,6 +102,9 @@ def main() -> None:
             (f"default, {args.busy} busy processes beside", {}, args.busy),
             (f"1 thread, {args.busy} busy processes beside", {"OMP_NUM_THREADS": "1"},
              args.busy)]
+    if args.before:
+        rows += [("before: OpenMP's own wait", BEFORE, 0),
+                 (f"before: OpenMP's own wait, {args.busy} busy", BEFORE, args.busy)]
     print(f"test.py, CornerNet_Tiny (random weights), {args.images} coco128 images at scale "
           f"0.5; {cpus} CPUs usable of {os.cpu_count()}; best of {args.repeats}")
     with tempfile.TemporaryDirectory() as tmp:

@@ -72,6 +72,7 @@ from core.inference.quantize import (
 from core.inference.runtimes import open_network
 from core.nnet.export import META_KEYS, compare_outputs
 from core.utils.device import resolve_device
+from core.utils.threads import usable_cpus
 
 ROWS = ("torch:fp32", "torch:bf16", "onnxruntime:fp32", "onnxruntime:int8", "openvino:f32",
         "openvino:default", "openvino:int8")
@@ -89,7 +90,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="snapshot iteration or 'best' (default: system.max_iter)")
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, usable_cpus()],
+                        help="thread counts to time (default: 1 and the CPUs this process "
+                             "may use)")
     parser.add_argument("--rows", nargs="+", choices=(*ROWS, "torch:compile"), default=None,
                         metavar="ROW", help=f"the rows to measure (default on a CPU: "
                         f"{' '.join(ROWS)}; on a GPU: {' '.join(GPU_ROWS)}); torch:compile "

@@ -69,7 +69,7 @@ def class_record(db: Any) -> dict | None:
     """The class names and dataset category ids of classes 1..C of dataset `db`, as snapshots
     and exported files record them: {"names": [str], "ids": [int]}; None when `db` has no
     class table (a dataset without annotations)."""
-    if not db.class_ids:
+    if not getattr(db, "class_ids", None):
         return None
     count = len(db.class_ids)
     return {"names": [str(db.cls2name(c)) for c in range(1, count + 1)],

@@ -74,5 +74,5 @@ def use_threads(asked: int | None = None) -> int:
 
 def threads_line(threads: int) -> str:
     """One line for a command's log: the threads, the usable CPUs and how the threads wait."""
-    policy = os.environ.get(WAIT_POLICY, "the OpenMP default").lower()
+    policy = (os.environ.get(WAIT_POLICY, "").strip() or "as OpenMP's default").lower()
     return f"threads: {threads} of {usable_cpus()} usable CPUs, waiting {policy}"
