@@ -7,12 +7,24 @@
     cornernet.train("CornerNet_Tiny", max_iter=200)       # what train.py prints, as a dict
     cornernet.evaluate("CornerNet_Tiny", "best")          # the COCO metrics
 
-The names here are the public API; `core` is the engine behind it.
+The names here are the public API; `core` is the engine behind it. They are imported when first
+used, so that the `cornernet` command (cornernet.cli) sets up the process (OpenMP's wait policy,
+core/utils/threads.py) before torch is imported.
 """
 
-from .api import evaluate, train
-from .detector import Detector
-from .results import Result
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
 __all__ = ["Detector", "Result", "__version__", "evaluate", "train"]
+_WHERE = {"Detector": ".detector", "Result": ".results", "evaluate": ".api", "train": ".api"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'cornernet' has no attribute '{name}'")
+    value = getattr(importlib.import_module(_WHERE[name], __name__), name)
+    globals()[name] = value
+    return value

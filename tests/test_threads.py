@@ -67,10 +67,14 @@ def test_passive_waiting_unless_the_user_chose():
 
 
 def test_training_threads_and_workers_share_the_cpus():
-    assert trainer_threads(workers=2, ranks=1, cpus=8) == 6
-    assert trainer_threads(workers=2, ranks=2, cpus=8) == 2  # 2 x (2 + 2) = 8
-    assert trainer_threads(workers=0, ranks=1, cpus=4) == 4
-    assert trainer_threads(workers=4, ranks=1, cpus=2) == 1  # never fewer than one
+    assert trainer_threads(workers=2, ranks=1, cpus=8, environ={}) == 6
+    assert trainer_threads(workers=2, ranks=2, cpus=8, environ={}) == 2  # 2 x (2 + 2) = 8
+    assert trainer_threads(workers=0, ranks=1, cpus=4, environ={}) == 4
+    assert trainer_threads(workers=4, ranks=1, cpus=2, environ={}) == 1  # never fewer than one
+
+
+def test_training_threads_the_user_set_are_kept():
+    assert trainer_threads(workers=2, ranks=1, cpus=8, environ={"OMP_NUM_THREADS": "3"}) == 3
 
 
 def test_the_detector_takes_its_threads(trained, keep_threads):  # noqa: F811

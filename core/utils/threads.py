@@ -55,12 +55,13 @@ def choose_threads(asked: int | None = None, environ: MutableMapping[str, str] =
     return usable_cpus() if cpus is None else cpus
 
 
-def trainer_threads(workers: int, ranks: int = 1, cpus: int | None = None) -> int:
-    """A training process's threads: its share of the usable CPUs (`cpus`) among the `ranks`
-    processes of this machine, less one per prefetch worker (each computes on one thread), and
-    at least 1."""
+def trainer_threads(workers: int, ranks: int = 1, cpus: int | None = None,
+                    environ: MutableMapping[str, str] = os.environ) -> int:
+    """A training process's threads: OMP_NUM_THREADS when the user set it, else its share of the
+    usable CPUs (`cpus`) among the `ranks` processes of this machine, less one per prefetch
+    worker (each computes on one thread), and at least 1."""
     cpus = usable_cpus() if cpus is None else cpus
-    return max(1, cpus // max(1, ranks) - workers)
+    return choose_threads(None, environ, max(1, cpus // max(1, ranks) - workers))
 
 
 def use_threads(asked: int | None = None) -> int:
