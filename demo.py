@@ -7,7 +7,10 @@ checkout, as the original project's demo.py was run.
 
 import sys
 
-from cornernet.commands.predict import main
+from core.utils.threads import before_torch
 
 if __name__ == "__main__":
+    before_torch()  # first: OpenMP's threads sleep while they wait (core/utils/threads.py)
+    from cornernet.commands.predict import main
+
     sys.exit(main(prog="demo.py"))

@@ -7,7 +7,10 @@ as the original project's test.py was run.
 
 import sys
 
-from cornernet.commands.test import main
+from core.utils.threads import before_torch
 
 if __name__ == "__main__":
+    before_torch()  # first: OpenMP's threads sleep while they wait (core/utils/threads.py)
+    from cornernet.commands.test import main
+
     sys.exit(main(prog="test.py"))

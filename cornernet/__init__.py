@@ -7,7 +7,9 @@
     cornernet.train("CornerNet_Tiny", max_iter=200)       # a TrainResult: status, best, AP
     cornernet.evaluate("CornerNet_Tiny", "best")          # the COCO metrics
 
-The names here are the public API; `core` is the engine behind it.
+The names here are the public API; `core` is the engine behind it. They are imported when first
+used, so that the `cornernet` command (cornernet.cli) sets up the process (OpenMP's wait policy,
+core/utils/threads.py) before torch is imported.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from core.utils.threads import before_torch
+
 from .commands import COMMANDS, HELP
 
 
@@ -52,6 +54,7 @@ def unknown(name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Dispatch `argv` (default: the command line) to its command; returns the exit status."""
+    before_torch()  # effective where torch is not imported yet (core/utils/threads.py)
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)

@@ -41,6 +41,7 @@ from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
 from core.inference import test_func
 from core.nnet.checkpoint import SNAPSHOT_FORMAT, read_snapshot, require_snapshot
+from core.utils.threads import use_threads
 
 from .results import Result
 from .sources import as_image, frames
@@ -70,12 +71,17 @@ def snapshot_value(snapshot: int | str) -> int | str:
         raise ConfigError(f"snapshot {snapshot!r}: {err}") from None
 
 
-def class_table(system_config: SystemConfig, db_config: dict,
-                strict: bool = False) -> tuple[list[str], list[int]]:
-    """(names, dataset ids) of classes 1..C: from the validation split's annotations where
-    the dataset is there, else "class <c>" and c. `strict`: an annotation file the config
-    names that is missing or broken is an error (a config the user named), not passed over
-    (a snapshot or export carried to another machine)."""
+def class_table(system_config: SystemConfig, db_config: dict, strict: bool = False,
+                recorded: tuple[list[str], list[int]] | None = None
+                ) -> tuple[list[str], list[int]]:
+    """(names, dataset ids) of classes 1..C: those the snapshot or exported file records
+    (`recorded`, the network's `classes`) first, in any folder; else from the validation
+    split's annotations where the dataset is there (a file from before names were recorded),
+    else "class <c>" and c. `strict`: an annotation file the config names that is missing or
+    broken is an error (a config the user named), not passed over (a snapshot or export
+    carried to another machine)."""
+    if recorded is not None:
+        return list(recorded[0]), list(recorded[1])
     count = int(db_config["categories"])
     named = system_config.val_split in (db_config.get("annotation_files") or {})
     try:  # a dataset that is not there is not made (Shapes would be generated) for its names
@@ -100,12 +106,15 @@ class Detector:
             `InferenceNetwork` (torch), an `OnnxNetwork` (onnxruntime), ...
         system_config, db_config: the config it was trained with (its test settings are used).
         thresh: results keep detections scoring above it (0: all, as test.py scores them).
-        names, category_ids: one per class 1..C (default: the dataset's, see `class_table`).
+        names, category_ids: of classes 1..C, one per class (default: those the network's
+            file records, else the dataset's, `class_table`).
+        threads: CPU threads (default: OMP_NUM_THREADS, else the CPUs this process may use;
+            `core.utils.threads`). The constructors set them before the network is made.
     """
 
     def __init__(self, network: Any, system_config: SystemConfig, db_config: dict,
                  thresh: float = DEFAULT_THRESH, names: list[str] | None = None,
-                 category_ids: list[int] | None = None) -> None:
+                 category_ids: list[int] | None = None, threads: int | None = None) -> None:
         self.thresh = check_thresh(thresh)
         count = int(db_config["categories"])
         for what, given in (("names", names), ("category_ids", category_ids)):
@@ -115,9 +124,11 @@ class Detector:
                 raise UsageError(f"{what}: expected a list of {count} (one per class of "
                                  f"{system_config.snapshot_name}, db.categories), got {got}")
         self.network, self.system_config = network, system_config
+        self.threads = use_threads(threads)
         self.settings = DETECTION(db_config)  # test settings and normalisation statistics
         if names is None or category_ids is None:
-            table = class_table(system_config, self.settings.configs)
+            table = class_table(system_config, self.settings.configs,
+                                recorded=getattr(network, "classes", None))
             names = table[0] if names is None else names
             category_ids = table[1] if category_ids is None else category_ids
         self.names, self.category_ids = [str(n) for n in names], [int(c) for c in category_ids]
@@ -130,10 +141,12 @@ class Detector:
     def from_snapshot(cls, path: str | Path, device: str | None = None,
                       raw_weights: bool = False, overrides: list[str] | None = None,
                       **kwargs: Any) -> Detector:
-        """From a snapshot file alone: it records its resolved config; `overrides` as --set."""
+        """From a snapshot file alone: it records its resolved config and class names;
+        `overrides` as --set."""
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no snapshot file {path}")
+        use_threads(kwargs.get("threads"))
         snapshot = read_snapshot(path)
         system_config, db_config = apply_overrides(*snapshot_config(snapshot, path), overrides,
                                                    f"{path} (its config record)")
@@ -150,6 +163,7 @@ class Detector:
         """From config `config` and its snapshot `snapshot` (an iteration, "best", default
         `system.max_iter`), as test.py finds them; `overrides` as --set. `runtime` (default
         torch), `file` and `precision` as test.py's --runtime, --onnx and --precision."""
+        use_threads(kwargs.get("threads"))
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
         testiter = system_config.max_iter if snapshot is None else snapshot_value(snapshot)
         network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter, device,
@@ -161,6 +175,7 @@ class Detector:
                         config_dir: Path | None = CONFIG_DIR, device: str | None = None,
                         overrides: list[str] | None = None, **kwargs: Any) -> Detector:
         """From a plain state dict (an official CornerNet-Lite snapshot) and its config name."""
+        use_threads(kwargs.get("threads"))
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
         network = InferenceNetwork.from_file(path, system_config, db_config, device)
         return cls(network, system_config, db_config, **kwargs)
@@ -184,6 +199,7 @@ class Detector:
                              "name one of " + ", ".join(
                                  name for name, other in RUNTIMES.items() if other.read_metadata))
         precision = entry.precision(precision)
+        use_threads(kwargs.get("threads"))  # the exported files' runtimes take torch's count
         meta = _export_metadata(path, entry)
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
@@ -253,21 +269,23 @@ def open_detector(config: str | None = None, snapshot: Path | None = None,
                   runtime: str | None = None, precision: str | None = None,
                   device: str | None = None,
                   config_dir: Path | None = CONFIG_DIR, overrides: list[str] | None = None,
-                  thresh: float = DEFAULT_THRESH) -> Detector:
+                  thresh: float = DEFAULT_THRESH, threads: int | None = None) -> Detector:
     """The detector `cornernet predict` opens: a snapshot file alone (`snapshot`), an
     exported file alone (`onnx` without `config`), or config `config`'s snapshot `testiter`
-    in `runtime`; `overrides` (--set) applied whichever it is."""
+    in `runtime`; `overrides` (--set) applied whichever it is, on `threads` CPU threads."""
     if snapshot is not None:
-        return Detector.from_snapshot(snapshot, device, overrides=overrides, thresh=thresh)
+        return Detector.from_snapshot(snapshot, device, overrides=overrides, thresh=thresh,
+                                      threads=threads)
     if config is None:
         return Detector.from_onnx(onnx, device, config_dir, runtime, precision,
-                                  overrides=overrides, thresh=thresh)
+                                  overrides=overrides, thresh=thresh, threads=threads)
     system_config, db_config = load_config(config, config_dir, overrides=overrides)
     testiter = system_config.max_iter if testiter is None else testiter
     if runtime in (None, "torch"):
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter,
-                              device, onnx, precision=precision)
-    names, category_ids = class_table(system_config, db_config, strict=True)
+                              device, onnx, precision=precision, threads=threads)
+    names, category_ids = class_table(system_config, db_config, strict=True,
+                                      recorded=getattr(network, "classes", None))
     return Detector(network, system_config, db_config, thresh=thresh, names=names,
-                    category_ids=category_ids)
+                    category_ids=category_ids, threads=threads)

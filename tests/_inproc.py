@@ -146,6 +146,8 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
     path = Path(script) if Path(script).is_absolute() else ROOT / script
     argv = [str(path), *map(str, args)]
     env = dict(env or {})
+    # The scripts choose their threads from OMP_NUM_THREADS (core/utils/threads.py): say it.
+    env["OMP_NUM_THREADS"] = str(threads or int(env.get("OMP_NUM_THREADS", "1")))
     saved = _Saved()
     out, err = io.StringIO(), io.StringIO()
     start = time.perf_counter()
@@ -153,7 +155,7 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
         os.environ.update(env)
         os.chdir(cwd or ROOT)
         sys.argv[:] = argv
-        torch.set_num_threads(threads or int(env.get("OMP_NUM_THREADS", "1")))
+        torch.set_num_threads(int(env["OMP_NUM_THREADS"]))
         # Logging as a fresh process has it: no root handler (pytest's capture handler would
         # swallow the records), so a warning reaches logging's last resort, which writes to
         # the sys.stderr of the moment: the run's captured stderr.

@@ -87,13 +87,15 @@ def test_an_old_layout_snapshot_resumes_bit_exactly(tmp_path, db, batches):
 
 
 def test_todays_snapshot_holds_every_key_of_the_old_layout(tmp_path, db):
-    """Readable both ways: a snapshot written now loads where the old layout is expected."""
+    """Readable both ways: a snapshot written now loads where the old layout is expected; it
+    adds only the class names and ids (which the old layout's readers pass over)."""
     nnet = factory(tmp_path, db, **SYSTEM)
     nnet.train(batch_of(db, 4))
     nnet.save_params(1, LOOP_STATE)
     new = torch.load(nnet.system_config.snapshot_file(1), weights_only=True)
     old = old_snapshot(nnet, 1)
-    assert new.keys() == old.keys()
+    assert new.keys() == old.keys() | {"classes"}
+    assert new["classes"]["names"][0] == "person" and new["classes"]["ids"][:2] == [1, 2]
     assert new["ema"].keys() == old["ema"].keys()
     assert new["config"] == old["config"]
     assert new["optimizer"]["param_groups"] == old["optimizer"]["param_groups"]

@@ -82,6 +82,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal
         import cv2
 
         cv2.setNumThreads(1)
+        torch.set_num_threads(1)  # a worker computes on one core (core/utils/threads.py)
         db = make_db()
         recorder = _PathRecorder(db)
         db.read_image = recorder

@@ -239,6 +239,15 @@ class DETECTION:
     def cls2name(self, cls: int) -> str:
         return self._class_names[self._check_cls(cls)]
 
+    def use_names(self, names: list[str], class_ids: list[int]) -> bool:
+        """Name the classes `names` (those a snapshot records) where `class_ids` are this
+        dataset's own, so that tables and pictures say what the detector was trained to call
+        them; returns whether they were taken (other ids: the dataset's names stay)."""
+        if list(class_ids) != self._class_ids or len(names) != len(class_ids):
+            return False
+        self._class_names = list(names)
+        return True
+
     # ---- evaluation -------------------------------------------------------------------------
     @property
     def annotation_file(self) -> Path | None:

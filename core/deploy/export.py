@@ -45,7 +45,7 @@ DETECTIONS = "detections"
 DEFAULT_MAX_MAP = 512
 # The ONNX metadata keys written by `metadata` (values are JSON text).
 META_KEYS = ("config", "model", "categories", "decode", "size_rule", "outputs", "iteration",
-             "weights", "digest", "max_side", "settings")
+             "weights", "digest", "max_side", "settings", "classes")
 # The keys that say which snapshot a file holds; a file without them predates them.
 IDENTITY_KEYS = ("iteration", "weights", "digest", "max_side")
 # Metadata an INT8 file adds to the export's (META_KEYS): how it was calibrated.
@@ -146,7 +146,8 @@ def snapshot_weights(snapshot: Mapping[str, Any], weights: str) -> Mapping[str, 
 
 def metadata(config: str, model_name: str, categories: int, decode_kwargs: dict[str, Any],
              rule: dict[str, int], outputs: list[str], iteration: int, weights: str,
-             digest: str, max_side: int, settings: dict | None = None) -> dict[str, str]:
+             digest: str, max_side: int, settings: dict | None = None,
+             classes: dict | None = None) -> dict[str, str]:
     """The metadata written into the .onnx file, as {key: JSON text} (keys `META_KEYS`).
 
     Args:
@@ -155,11 +156,13 @@ def metadata(config: str, model_name: str, categories: int, decode_kwargs: dict[
         digest: `weights_digest` of those weights.
         max_side: the largest input H and W the corner-pool scan is exact for.
         settings: the resolved config ({"system", "db"}), so that the file alone can be run.
+        classes: the class names and category ids (`checkpoint.class_record`), so that the
+            file alone names what it finds.
     """
     values = {"config": config, "model": model_name, "categories": categories,
               "decode": decode_kwargs, "size_rule": rule, "outputs": outputs,
               "iteration": iteration, "weights": weights, "digest": digest,
-              "max_side": max_side, "settings": settings}
+              "max_side": max_side, "settings": settings, "classes": classes}
     return {key: json.dumps(values[key]) for key in META_KEYS}
 
 

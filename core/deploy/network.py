@@ -24,7 +24,13 @@ from ..config import ConfigError, SystemConfig, check_db_config
 from ..config.system import SYSTEM_KEYS
 from ..errors import UserMistake
 from ..models import build_model, load_original_state_dict, strip_module_prefix
-from ..nnet.checkpoint import SNAPSHOT_FORMAT, config_difference, plain, read_snapshot
+from ..nnet.checkpoint import (
+    SNAPSHOT_FORMAT,
+    config_difference,
+    plain,
+    read_snapshot,
+    recorded_classes,
+)
 from ..utils.device import resolve_device
 from .runtimes import Runtime, register
 
@@ -80,6 +86,8 @@ class InferenceNetwork:
         self._amp = None if amp is torch.float16 and self.device.type != "cuda" else amp
         self._forward: Any = self.model  # the model, or its torch.compile (`compile`)
         self.evaluated_weights = "raw"
+        # (names, category ids) the snapshot records (`checkpoint.recorded_classes`), or None
+        self.classes: tuple[list[str], list[int]] | None = None
 
     def load(self, snapshot: dict, path: Path, raw_weights: bool = False) -> InferenceNetwork:
         """Load a snapshot's weights (the average unless `raw_weights`); a snapshot of another
@@ -90,6 +98,7 @@ class InferenceNetwork:
             if differences:
                 raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
         weights, self.evaluated_weights = weights_of(snapshot, raw_weights)
+        self.classes = recorded_classes(snapshot.get("classes"), int(self.db_config["categories"]))
         try:
             load_original_state_dict(self.model, weights)
         except RuntimeError as err:

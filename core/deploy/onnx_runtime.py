@@ -17,6 +17,7 @@ says what stays float and how it is calibrated.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from core.deploy.export import CALIBRATION, INPUT_NAME, META_KEYS, describe_sizes, fits
+from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError
 from .quantize import calibration_record, head_output_convs, quiet
@@ -70,7 +72,8 @@ class OnnxNetwork:
     (only detections with `no_att=True`). Tensors come back on the CPU.
 
     Threads: onnxruntime uses as many as torch does (`torch.get_num_threads()`, which
-    OMP_NUM_THREADS sets), so both runtimes follow the same setting.
+    `core.utils.threads` sets), so both runtimes follow the same setting; they do not spin
+    while they wait when OpenMP's do not (OMP_WAIT_POLICY=PASSIVE, the commands' default).
     """
 
     def __init__(self, path: Path, config: str, categories: int, device: str = "cpu",
@@ -81,6 +84,8 @@ class OnnxNetwork:
         options = ort.SessionOptions()
         options.intra_op_num_threads = torch.get_num_threads()
         options.inter_op_num_threads = 1
+        if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers = ["CPUExecutionProvider"]
         if torch.device(device).type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -97,6 +102,7 @@ class OnnxNetwork:
         self.path = path
         self.meta = read_metadata(self.session)
         check_config(self.meta, path, config, categories)
+        self.classes = recorded_classes(self.meta.get("classes"), categories)
         self.device = torch.device("cpu")
         self.outputs = [output.name for output in self.session.get_outputs()]
         # "ema" or "raw", as test.py reports it; files from before it was recorded hold raw ones

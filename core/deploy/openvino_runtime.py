@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from core.deploy.export import CALIBRATION, META_KEYS
+from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError
 from .onnx_runtime import OnnxNetwork, check_config
@@ -115,6 +116,7 @@ class OpenVinoNetwork(OnnxNetwork):
         self.path = path
         self.meta = model_metadata(model)
         check_config(self.meta, path, config, categories)
+        self.classes = recorded_classes(self.meta.get("classes"), categories)
         self.outputs = [output.get_any_name() for output in model.outputs]
         try:
             self.compiled = openvino().Core().compile_model(

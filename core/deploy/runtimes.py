@@ -21,6 +21,7 @@ from ..config.rules import check_decode_settings
 from ..errors import UsageError, closest
 from ..nnet.checkpoint import require_snapshot
 from ..utils.device import resolve_device
+from ..utils.threads import use_threads
 from .identity import check_identity, onnx_file
 
 # `open_file(path, system_config, db_config, device, precision, raw_weights)`: the network of
@@ -141,7 +142,7 @@ def runtime_of(path: Path, name: str | None = None) -> Runtime:
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """--runtime, --onnx and --precision, as test.py and demo.py take them."""
+    """--runtime, --onnx, --precision and --threads, as test.py and demo.py take them."""
     parser.add_argument("--runtime", choices=tuple(RUNTIMES), default=None,
                         help=f"default {DEFAULT} (a file alone: the runtime its suffix names); "
                              + "; ".join(f"{entry.name}: {entry.summary}"
@@ -154,11 +155,16 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="the runtime's precision (default: its first); " + "; ".join(
                             f"{entry.name}: {', '.join(entry.precisions)}"
                             for entry in RUNTIMES.values()))
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="CPU threads (default: OMP_NUM_THREADS, else the CPUs this process "
+                             "may use); threads wait passively unless OMP_WAIT_POLICY says "
+                             "otherwise")
 
 
 def open_network(name: str | None, system_config: Any, db: Any, testiter: int | str,
                  device: str | None, onnx: Path | None = None,
-                 raw_weights: bool = False, precision: str | None = None) -> tuple[Any, Path]:
+                 raw_weights: bool = False, precision: str | None = None,
+                 threads: int | None = None) -> tuple[Any, Path]:
     """The network of snapshot `testiter` in runtime `name` (None: `DEFAULT`), ready for
     `detect`, and its file.
 
@@ -166,13 +172,23 @@ def open_network(name: str | None, system_config: Any, db: Any, testiter: int | 
     average when the snapshot has one (unless `raw_weights`). A runtime of exported files opens
     `onnx` (default `onnx_file`), checked against the config's name and class count and to be
     the export of snapshot `testiter`'s weights now; its weights are those the export took.
+    Every runtime computes on `threads` CPU threads (`core.utils.threads.choose_threads`). The
+    class names the file records become `db`'s (same category ids), for tables and pictures.
     """
     entry = runtime(name)
     precision = entry.precision(precision)
     check_decode_settings(db.configs)
+    use_threads(threads)
     path = entry.file_of(system_config, testiter, onnx)
     network = entry.open_file(path, system_config, db.configs,
                               str(resolve_device(device)), precision, raw_weights)
     if entry.exported:
         check_identity(network.meta, path, system_config, testiter, raw_weights)
+    _recorded_names(db, network)
     return network, path
+
+
+def _recorded_names(db: Any, network: Any) -> None:
+    """The class names the network's file records name `db`'s classes (tables, pictures)."""
+    if getattr(network, "classes", None) is not None and hasattr(db, "use_names"):
+        db.use_names(*network.classes)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import functools
-import pprint
+import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -30,7 +32,14 @@ from ..sample import sampler
 from ..utils import dist as dist_utils
 from ..utils import lock
 from ..utils.device import resolve_device
-from ..utils.files import check_free_disk, probe_writable, remove_stale_temp_files, snapshot_bytes
+from ..utils.files import (
+    check_free_disk,
+    probe_writable,
+    remove_stale_temp_files,
+    snapshot_bytes,
+    write_file_atomic,
+)
+from ..utils.threads import trainer_threads, usable_cpus
 from . import snapshots
 from .evaluation import Evaluator
 from .metrics import DataCounts, Throughput
@@ -42,6 +51,8 @@ if TYPE_CHECKING:
     from ..dbs.detection import DETECTION
 
 Log = Callable[[str], None]
+# The resolved config of a run, beside its snapshots (cache/nnet/<Cfg>/config.json).
+CONFIG_FILE = "config.json"
 
 
 def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
@@ -92,13 +103,27 @@ def _check_val_split(make_val_db: Callable[[], DETECTION], split: str) -> None:
                            f"system.val_iter to 0")
 
 
+def write_config(nnet: NetworkFactory, folder: Path) -> Path:
+    """The resolved config (as every snapshot records it) as `folder`/config.json, atomically."""
+    path = folder / CONFIG_FILE
+    folder.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(nnet.config_record(), indent=2) + "\n"
+    write_file_atomic(path, lambda file: file.write(text.encode()))
+    return path
+
+
 def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory,
-              share: Deal, world: int, log: Log) -> None:
-    log("system config:\n" + pprint.pformat(system_config.full))
-    log("db config:\n" + pprint.pformat(training_db.configs))
+              share: Deal, world: int, workers: int, rank: int, log: Log) -> None:
+    """The run in a few lines; the resolved config goes to a file (rank 0 writes it)."""
+    if rank == 0:
+        log(f"config: {write_config(nnet, system_config.snapshot_dir)} (the resolved settings, "
+            "also recorded in every snapshot)")
+    threads = trainer_threads(workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    torch.set_num_threads(threads)
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
         f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
-        f"rank 0 runs {share.mine}")
+        f"rank 0 runs {share.mine}; {threads} thread(s) and {workers} prefetch worker(s) "
+        f"per process on {usable_cpus()} usable CPUs")
     if share.note:
         log(f"note: {share.note}")
     if nnet.frozen:
@@ -151,7 +176,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
-    _describe(system_config, training_db, nnet, share, world, log)
+    _describe(system_config, training_db, nnet, share, world, args.workers, rank, log)
     start, resumed = _resume(args, system_config, nnet, rank, distributed, log)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))

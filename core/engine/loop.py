@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from ..errors import Stopped
 from .build import build, data_only
-from .metrics import display_line
+from .metrics import Progress, display_line, progress_bar
 from .schedule import due, learning_rate_at
 from .steps import validate
 
@@ -46,8 +46,9 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     with contextlib.ExitStack() as stack:
         evaluations = _told(outcome, run, stack)
         train_data, val_data = run.open_data(stack)
-        bar = stack.enter_context(tqdm(range(run.start + 1, config.max_iter + 1),
-                                       disable=rank != 0, dynamic_ncols=True, file=sys.stdout))
+        bar = stack.enter_context(progress_bar(range(run.start + 1, config.max_iter + 1),
+                                               rank == 0))
+        progress = Progress(run.start, config.max_iter, not bar.disable)
         metrics = run.open_metrics(stack, bar, db_config)
         if watch is not None:
             stack.callback(watch.close)
@@ -61,7 +62,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                 # host sync on display iterations: the loss and the gradient norm are read
                 if result is not None and due(it, config.display):
                     metrics.put(**run.display_values(result, lr))
-                    log(display_line(it, metrics.pending))
+                    log(display_line(it, metrics.pending) + progress.note(it))
                 if val_data is not None and due(it, config.val_iter):
                     metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))  # host sync
                     log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")

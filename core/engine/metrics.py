@@ -12,9 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, TextIO
+
+from tqdm import tqdm
 
 
 class Writer(Protocol):
@@ -277,6 +280,35 @@ def training_values(loss: Any, terms: dict, lr: float, grad_norm: Any, device: A
         values["gpu_mem_gib"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
         torch.cuda.reset_peak_memory_stats(device)
     return values
+
+
+def progress_bar(iterations: range, shown: bool, stream: TextIO | None = None) -> tqdm:
+    """The loop's progress bar over `iterations`, drawn only when `shown` (rank 0) and `stream`
+    (default: stdout) is a terminal: redrawn into a pipe or a file it fills the log with
+    copies of itself, and there the display lines (`Progress`) say how far the run is."""
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    on_terminal = bool(isatty and isatty())
+    return tqdm(iterations, disable=not (shown and on_terminal), dynamic_ncols=True, file=stream)
+
+
+class Progress:
+    """How far the loop is, said at the end of each display line when no bar is drawn:
+    "; 300/1500 (20%), about 4 min left" (the time left from the pace since `start`)."""
+
+    def __init__(self, start: int, end: int, bar_drawn: bool,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.start, self.end, self.bar_drawn, self.clock = start, end, bar_drawn, clock
+        self.began = clock()
+
+    def note(self, iteration: int) -> str:
+        if self.bar_drawn:
+            return ""  # the bar shows it
+        done = max(iteration - self.start, 1)
+        left = (self.clock() - self.began) / done * max(self.end - iteration, 0)
+        when = f"{left / 60:.0f} min" if left >= 90 else f"{left:.0f} s"
+        return (f"; {iteration}/{self.end} ({iteration / max(self.end, 1):.0%}), "
+                f"about {when} left")
 
 
 def display_line(iteration: int, values: dict[str, Any]) -> str:

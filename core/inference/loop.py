@@ -127,7 +127,8 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
     timer = StageTimer()
     reader = _Reader(db, inds, inference.prepare, timer,
                      depth=max(4, READ_AHEAD_BATCHES * batch_size))
-    bar = tqdm(total=len(inds), ncols=80, desc="detecting", disable=not progress)
+    # On a terminal only (disable=None): redrawn into a pipe or file, a bar fills the log.
+    bar = tqdm(total=len(inds), ncols=80, desc="detecting", disable=None if progress else True)
     try:
         with _decode_clock(nnet, timer):
             for start in range(0, len(inds), batch_size):

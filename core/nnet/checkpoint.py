@@ -3,8 +3,8 @@ snapshot's config fits the run's. This module knows files, not the parts of a ru
 
 A snapshot (`cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`) is one dict: {"format", "iteration"} and the
 state dicts of the run's parts side by side (the network's: model, optimizer, scaler, EMA, RNG,
-config; the loop's: data position, best AP, counters), each part reading its own keys back. It
-loads with `weights_only=True`, so a snapshot cannot run code. An official CornerNet-Lite
+config, class names; the loop's: data position, best AP, counters), each part reading its own keys
+back. It loads with `weights_only=True`, so a snapshot cannot run code. An official CornerNet-Lite
 snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and loads as weights.
 """
 
@@ -82,6 +82,31 @@ def plain(value: Any) -> Any:
 
 def _model_of(system: dict) -> str | None:
     return system.get("model") or system.get("snapshot_name")
+
+
+def class_record(db: Any) -> dict | None:
+    """The class names and dataset category ids of classes 1..C of dataset `db`, as snapshots
+    and exported files record them: {"names": [str], "ids": [int]}; None when `db` has no
+    class table (a dataset without annotations)."""
+    if not getattr(db, "class_ids", None):
+        return None
+    count = len(db.class_ids)
+    return {"names": [str(db.cls2name(c)) for c in range(1, count + 1)],
+            "ids": [int(db.cls2coco(c)) for c in range(1, count + 1)]}
+
+
+def recorded_classes(record: Any, categories: int) -> tuple[list[str], list[int]] | None:
+    """(names, category ids) of a `class_record` read back from a file, or None when there is
+    none (an older file) or it does not describe `categories` classes."""
+    if not isinstance(record, dict):
+        return None
+    names, ids = record.get("names"), record.get("ids")
+    if not (isinstance(names, list) and isinstance(ids, list)
+            and len(names) == len(ids) == categories):
+        return None
+    if not all(isinstance(n, str) for n in names) or not all(isinstance(i, int) for i in ids):
+        return None
+    return list(names), list(ids)
 
 
 def config_difference(saved: dict, current: dict) -> list[str]:

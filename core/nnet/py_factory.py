@@ -71,6 +71,7 @@ class NetworkFactory:
                  distributed: bool = False, share: Deal | None = None) -> None:
         self.system_config = system_config
         self.db_configs = db.configs
+        self.classes = checkpoint.class_record(db)  # names travel with the snapshot
         self.categories = db.configs["categories"]
         self.device = resolve_device(device)
         check_runtime(system_config.amp, system_config.sync_bn, self.device)
@@ -243,10 +244,12 @@ class NetworkFactory:
 
     def state_dict(self) -> dict:
         """Everything of this network a snapshot holds: "model", "optimizer", "config" (the
-        record), "rng" (torch's, and the device's on CUDA), "ema" with a weight average and
-        "scaler" with fp16. Tensors stay where they are; the file writer copies them."""
+        record), "classes" (names and category ids, `checkpoint.class_record`), "rng" (torch's,
+        and the device's on CUDA), "ema" with a weight average and "scaler" with fp16. Tensors
+        stay where they are; the file writer copies them."""
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                 "config": self.config_record(), "rng": {"torch": torch.get_rng_state()}}
+                 "config": self.config_record(), "classes": self.classes,
+                 "rng": {"torch": torch.get_rng_state()}}
         if self.ema is not None:
             state["ema"] = self.ema.state_dict()
         if self.device.type == "cuda":

@@ -20,34 +20,104 @@ def class_color(name: str) -> tuple[int, int, int]:
     return tuple(int(c) for c in (rng.random(3) * 0.6 + 0.4) * 255)
 
 
+Rect = tuple[int, int, int, int]  # (left, top, right, bottom), right and bottom excluded
+# A label's cost per pixel it covers: of another label (never, if avoidable), of its own box's
+# inside (the object it names), of another box's inside.
+COVER_LABEL, COVER_OWN, COVER_OTHER = 100, 10, 1
+
+
+def _overlap(a: Rect, b: Rect) -> int:
+    """The pixels two rectangles share."""
+    return (max(0, min(a[2], b[2]) - max(a[0], b[0]))
+            * max(0, min(a[3], b[3]) - max(a[1], b[1])))
+
+
+def _inside(box: Rect) -> Rect:
+    """The pixels inside a box drawn 2 pixels wide on its corners (x1, y1, x2, y2)."""
+    x1, y1, x2, y2 = box
+    return (x1 + 2, y1 + 2, x2 - 1, y2 - 1)
+
+
+def _candidates(box: Rect, size: tuple[int, int], shape: tuple[int, ...]) -> list[Rect]:
+    """Where a (w, h) label may go, in order of preference: outside the box above or below it
+    at either corner, beside it, stacked one or two labels further out (when many boxes share a
+    corner), then inside its top-left corner; each moved into the image."""
+    (w, h), (x1, y1, x2, y2) = size, box
+    spots = [(x1 - 1, y1 - 1 - h), (x1 - 1, y2 + 2), (x2 + 2 - w, y1 - 1 - h),
+             (x2 + 2 - w, y2 + 2), (x2 + 2, y1 - 1), (x1 - 1 - w, y1 - 1)]
+    spots += [(x1 - 1, y1 - 1 - h * k) for k in (2, 3)] + [(x1 - 1, y2 + 2 + h * k)
+                                                            for k in (1, 2)]
+    spots.append((x1 + 2, y1 + 2))
+    height, width = shape[:2]
+    rects = []
+    for left, top in spots:
+        left, top = min(max(left, 0), max(width - w, 0)), min(max(top, 0), max(height - h, 0))
+        rects.append((left, top, left + w, top + h))
+    return rects
+
+
+def place_labels(boxes: list[Rect], sizes: list[tuple[int, int]],
+                 shape: tuple[int, ...]) -> list[Rect]:
+    """The rectangle of each box's label, placed in the order given (the first: most wanted):
+    inside the picture of `shape` (H, W, ...) whenever it fits, off every earlier label and off
+    the object it names where a place allows it, else where it covers least
+    (`COVER_LABEL`, `COVER_OWN`, `COVER_OTHER` per pixel covered).
+
+    Args:
+        boxes: (x1, y1, x2, y2) int corners of the drawn boxes, in pixels.
+        sizes: (w, h) of each label.
+    """
+    insides = [_inside(box) for box in boxes]
+    placed: list[Rect] = []
+    for k, (box, size) in enumerate(zip(boxes, sizes)):
+        def cost(rect: Rect, k: int = k) -> int:
+            return (COVER_LABEL * sum(_overlap(rect, other) for other in placed)
+                    + COVER_OWN * _overlap(rect, insides[k])
+                    + COVER_OTHER * sum(_overlap(rect, inside) for j, inside in
+                                        enumerate(insides) if j != k))
+        placed.append(min(_candidates(box, size, shape), key=cost))  # ties: the first
+    return placed
+
+
+def _label_size(label: str, font_scale: float) -> tuple[int, int, int]:
+    """(w, h, baseline) of a label's filled rectangle and its text's baseline below the top."""
+    (tw, th), base = cv2.getTextSize(label, FONT, font_scale, 1)
+    return tw + 4, th + base + 3, th + 1
+
+
 def draw_detections(image: np.ndarray, bboxes: dict[str, np.ndarray], thresh: float = 0.5,
                     font_scale: float = 0.5) -> np.ndarray:
-    """Draw the boxes scoring above `thresh` with a "name score" label.
+    """Draw the boxes scoring above `thresh` with a "name score" label each, placed by
+    `place_labels` (the best-scoring box's label first).
 
     Args:
         image: (H, W, 3) uint8 BGR; not modified.
         bboxes: {class name: (n, 5) float [x1, y1, x2, y2, score]} in image pixels.
         thresh: only boxes with a score above it are drawn.
-        font_scale: size of the label text.
+        font_scale: size of the label text (smaller for a label wider than the picture).
 
     Returns:
         (H, W, 3) uint8 BGR copy with the drawings.
     """
     image = image.copy()
-    for name, boxes in bboxes.items():
-        color = class_color(name)
-        for x1, y1, x2, y2, score in np.asarray(boxes)[:, :5]:
-            if score <= thresh:
-                continue
-            x1, y1, x2, y2 = (int(v) for v in (x1, y1, x2, y2))
-            label = f"{name} {score:.2f}"
-            (tw, th), _ = cv2.getTextSize(label, FONT, font_scale, 1)
-            # The label sits above the box, or inside it when the box touches the top edge.
-            top = y1 - th - 4 if y1 - th - 4 >= 0 else y1
-            cv2.rectangle(image, (x1, top), (x1 + tw + 2, top + th + 4), color, -1)
-            cv2.putText(image, label, (x1 + 1, top + th + 1), FONT, font_scale, (0, 0, 0), 1,
-                        cv2.LINE_AA)
-            cv2.rectangle(image, (x1, y1), (x2, y2), color, 2)
+    rows = sorted(((float(score), name, tuple(int(v) for v in (x1, y1, x2, y2)))
+                   for name, boxes in bboxes.items()
+                   for x1, y1, x2, y2, score in np.asarray(boxes).reshape(-1, 5)[:, :5]
+                   if score > thresh), key=lambda row: -row[0])
+    labels, scales = [f"{name} {score:.2f}" for score, name, _ in rows], []
+    for label in labels:
+        scale = font_scale
+        while _label_size(label, scale)[0] > image.shape[1] and scale > 0.2:
+            scale *= 0.8
+        scales.append(scale)
+    sizes = [_label_size(label, scale) for label, scale in zip(labels, scales)]
+    for _, name, box in rows:
+        cv2.rectangle(image, box[:2], box[2:], class_color(name), 2)
+    spots = place_labels([box for _, _, box in rows], [size[:2] for size in sizes], image.shape)
+    for (_, name, _), label, scale, size, spot in zip(rows, labels, scales, sizes, spots):
+        cv2.rectangle(image, spot[:2], (spot[2] - 1, spot[3] - 1), class_color(name), -1)
+        cv2.putText(image, label, (spot[0] + 2, spot[1] + size[2]), FONT, scale, (0, 0, 0), 1,
+                    cv2.LINE_AA)
     return image
 
 

@@ -62,6 +62,7 @@ from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
 from core.utils.device import resolve_device
+from core.utils.threads import usable_cpus
 
 # The reference row: the default runtime in float32 (every other row is checked against it).
 REFERENCE = (DEFAULT, "fp32")
@@ -93,7 +94,9 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="snapshot iteration or 'best' (default: system.max_iter)")
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, usable_cpus()],
+                        help="thread counts to time (default: 1 and the CPUs this process "
+                             "may use)")
     parser.add_argument("--rows", nargs="+", choices=all_rows(), default=None,
                         metavar="ROW", help=f"the rows to measure, of {' '.join(all_rows())} "
                         f"(default on a CPU: {' '.join(default_rows('cpu'))}; on a GPU: "

@@ -46,7 +46,13 @@ from core.deploy.openvino_runtime import openvino, write_openvino_ir
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.nnet.checkpoint import plain, read_snapshot, require_snapshot, snapshot_label
+from core.nnet.checkpoint import (
+    class_record,
+    plain,
+    read_snapshot,
+    require_snapshot,
+    snapshot_label,
+)
 from core.utils.files import (
     check_free_disk,
     probe_writable,
@@ -165,7 +171,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
                     int(db.configs["categories"]), settings, rule, output_names(model),
                     int(snapshot.get("iteration", testiter)), network.evaluated_weights,
                     weights_digest(model.state_dict()), max_side,
-                    {"system": plain(system_config.full), "db": plain(db.configs)})
+                    {"system": plain(system_config.full), "db": plain(db.configs)},
+                    snapshot.get("classes") or class_record(db))
     start = time.perf_counter()
     try:
         content, names = export_onnx(graph, example, args.opset, meta, max_side)

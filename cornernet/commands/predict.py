@@ -80,7 +80,7 @@ def open_detector(args: argparse.Namespace) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
     return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
                             args.precision, args.device, args.config_dir, args.overrides,
-                            args.thresh)
+                            args.thresh, args.threads)
 
 
 @keeps_process

@@ -42,6 +42,7 @@ from core.inference.loop import ImageResult
 from core.inference.pictures import Pictures
 from core.nnet.checkpoint import snapshot_label
 from core.utils import lock
+from core.utils.threads import threads_line
 
 # --split: the config's roles, and COCO's test-dev as users download it.
 SPLITS = ("training", "validation", "testing", "testdev")
@@ -230,10 +231,10 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
     """The network, and the journal of these settings with what it already holds."""
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
                                     args.onnx, raw_weights=args.raw_weights,
-                                    precision=args.precision)
+                                    precision=args.precision, threads=args.threads)
     # A precision changes the results: a journal of another precision is not resumed.
     label = runtime(args.runtime).label(nnet)
-    log(f"loading {model_file} ({label})")
+    log(f"loading {model_file} ({label}); {threads_line(torch.get_num_threads())}")
     log(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
                    "snapshot": snapshot_identity(model_file), "runtime": label,
