@@ -33,6 +33,7 @@ from core.inference import test_func
 from core.inference.network import InferenceNetwork
 from core.inference.onnx_runtime import OnnxNetwork
 from core.nnet.checkpoint import require_snapshot
+from core.utils import hints
 
 from .results import Result
 from .sources import frames
@@ -138,7 +139,7 @@ class Detector:
                                                          providers=["CPUExecutionProvider"]))
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
-                              "python tools/export.py (or cornernet export)")
+                              f"{hints.command('tools/export.py')}")
         record = meta.get("settings")
         if record is not None:
             from core.inference.network import snapshot_config

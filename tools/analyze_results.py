@@ -43,6 +43,7 @@ from core.inference.error_analysis import (
     read_run,
     shuffled_truth,
 )
+from core.utils import hints
 from core.utils.files import write_file_atomic
 
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
@@ -99,8 +100,8 @@ def main(args: argparse.Namespace) -> dict:
     try:
         import matplotlib  # noqa: F401 - checked before the work
     except ImportError:
-        raise UsageError('the confusion-matrix picture needs matplotlib: pip install -e ".[plot]"'
-                         ) from None
+        raise UsageError("the confusion-matrix picture needs matplotlib, a dependency this "
+                         "environment lacks: pip install matplotlib") from None
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     split = getattr(system_config, SPLITS[args.split])
@@ -108,14 +109,16 @@ def main(args: argparse.Namespace) -> dict:
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
     for path in (summary_file, results_file):
         if not path.is_file():
-            raise UsageError(f"{path} does not exist: run python test.py {args.cfg_file} "
-                             f"--testiter {testiter} first")
+            raise UsageError(f"{path} does not exist: run "
+                             f"{hints.command('test.py', f'{args.cfg_file} --testiter {testiter}')}"
+                             " first")
     summary = read_json(summary_file, "the metrics file")
     if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
             and isinstance(summary.get("annotation_file"), str)):
         raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
-                         f"another version?); run python test.py {args.cfg_file} --testiter "
-                         f"{testiter} again")
+                         f"another version?); run "
+                         f"{hints.command('test.py', f'{args.cfg_file} --testiter {testiter}')}"
+                         " again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
     image_ids = [db.image_id(ind) for ind in db.db_inds[:summary["num_images"]]]

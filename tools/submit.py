@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a file from a checkout: the project is i
 from core.config import CONFIG_DIR, config_path  # after the line above
 from core.engine.cli import run_cli
 from core.errors import UsageError
+from core.utils import hints
 
 RESUME_SIGNAL = "USR2"  # the signal submitit asks SLURM for (--signal=USR2@<delay>)
 # Requeues after a time limit by default: as many as a run needs (a year of one-hour jobs).
@@ -46,8 +47,8 @@ def _checkpointable() -> type:
     try:
         from submitit.helpers import Checkpointable
     except ImportError as err:
-        raise SystemExit('error: tools/submit.py needs submitit: pip install -e ".[submitit]"'
-                         ) from err
+        raise SystemExit(f"error: {hints.command('tools/submit.py')} needs submitit: "
+                         f"{hints.install('submitit')}") from err
     return Checkpointable
 
 

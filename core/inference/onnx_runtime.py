@@ -35,6 +35,7 @@ from core.nnet.export import (
 )
 
 from ..errors import UsageError
+from ..utils import hints
 
 RUNTIMES = ("torch", "onnxruntime", "openvino")
 # The OpenVINO precisions: f32 (equal to torch within the parity tolerance) or what the CPU
@@ -58,8 +59,8 @@ def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testite
     """A one-line UsageError unless the exported file `path` (metadata `meta`) holds the
     weights of snapshot `testiter` that are asked for (see the module docstring). Without the
     snapshot file (only the export was copied) the iteration alone is compared."""
-    export = (f"python tools/export.py {system_config.snapshot_name} --testiter {testiter}"
-              + (" --raw-weights" if raw_weights else ""))
+    export = hints.command("tools/export.py", f"{system_config.snapshot_name} --testiter "
+                           f"{testiter}" + (" --raw-weights" if raw_weights else ""))
     missing = [key for key in IDENTITY_KEYS if key not in meta]
     if missing:
         raise UsageError(f"{path} was exported before exports recorded their snapshot "
@@ -91,7 +92,7 @@ def _ort() -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise MissingOnnxRuntime("onnxruntime is not installed: pip install -e '.[onnx]'"
+        raise MissingOnnxRuntime(f"onnxruntime is not installed: {hints.install('onnx')}"
                                  ) from None
     return onnxruntime
 
@@ -109,7 +110,7 @@ def check_config(meta: dict[str, Any], path: Path, config: str, categories: int)
         raise UsageError(
             f"{path} was exported from config {meta.get('config', '?')} with "
             f"{meta.get('categories', '?')} classes, not {config} with {categories}: "
-            f"export {config} with python tools/export.py {config} or pass its file "
+            f"export {config} with {hints.command('tools/export.py', config)} or pass its file "
             "to --onnx")
 
 
@@ -145,7 +146,7 @@ class OnnxNetwork:
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own plain types
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UsageError(f"{path} is not a readable ONNX file ({first}); export it again "
-                             "with python tools/export.py") from None
+                             f"with {hints.command('tools/export.py')}") from None
         self.path = path
         self.meta = read_metadata(self.session)
         check_config(self.meta, path, config, categories)
@@ -165,7 +166,8 @@ class OnnxNetwork:
         if largest is not None and max(shape[2:]) > largest:
             raise UsageError(f"{self.path} is exact for inputs up to {largest} pixels a side, "
                              f"not {tuple(shape)}: export it again with a larger --max-map "
-                             "(python tools/export.py ... --max-map N) or test at a smaller "
+                             f"({hints.command('tools/export.py', '... --max-map N')}) or "
+                             "test at a smaller "
                              "scale")
 
     def check_decode(self, kwargs: dict[str, Any]) -> None:

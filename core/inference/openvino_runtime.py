@@ -24,6 +24,7 @@ import torch
 from core.nnet.export import META_KEYS
 
 from ..errors import UsageError
+from ..utils import hints
 from .onnx_runtime import CALIBRATION, PRECISIONS, OnnxNetwork, check_config
 
 # Where OpenVINO's ONNX reader puts an ONNX file's metadata_props (and where IR files written
@@ -40,7 +41,7 @@ def openvino() -> Any:
     try:
         import openvino as ov
     except ImportError:
-        raise MissingOpenVino("openvino is not installed: pip install -e '.[openvino]'"
+        raise MissingOpenVino(f"openvino is not installed: {hints.install('openvino')}"
                               ) from None
     return ov
 
@@ -55,7 +56,7 @@ def read_model(path: Path) -> Any:
         first = next((line.strip() for line in text.splitlines() if line.strip()),
                      type(err).__name__)
         raise UsageError(f"{path} is not a readable ONNX or OpenVINO IR file ({first[:200]}); "
-                         "export it again with python tools/export.py") from None
+                         f"export it again with {hints.command('tools/export.py')}") from None
 
 
 def model_metadata(model: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from core.nnet.checkpoint import require_snapshot
 from core.utils.device import resolve_device
 
 from ..errors import UsageError
+from ..utils import hints
 from .network import InferenceNetwork
 from .onnx_runtime import PRECISIONS, RUNTIMES, OnnxNetwork, check_identity, onnx_file
 from .openvino_runtime import OpenVinoNetwork
@@ -50,9 +51,9 @@ def open_network(runtime: str, system_config: Any, db: Any, testiter: int | str,
                                           raw_weights), path
     path = Path(onnx) if onnx is not None else onnx_file(system_config, testiter)
     if not path.is_file():
-        raise UsageError(f"no ONNX file {path}: write it with python tools/export.py "
-                         f"{system_config.snapshot_name} --testiter {testiter} or name one "
-                         "with --onnx")
+        export = hints.command("tools/export.py",
+                               f"{system_config.snapshot_name} --testiter {testiter}")
+        raise UsageError(f"no ONNX file {path}: write it with {export} or name one with --onnx")
     config, categories = str(system_config.snapshot_name), int(db.configs["categories"])
     if runtime == "openvino":
         network = OpenVinoNetwork(path, config, categories, str(resolve_device(device)),
