@@ -80,7 +80,7 @@ def worker_group(item) -> str | None:
 def coco128():
     """Real COCO images with their original annotations, in coco128's layout: the 128 of the
     full set where one is found, else the repository's 24 (tests/data/coco128-mini). A test
-    derives the counts it asserts from the annotation files (tests/_coco128.py)."""
+    derives the counts it asserts from the annotation files (tests/_coco_counts.py)."""
     if COCO128 is None:
         pytest.skip(f"real data not found; looked in {looked_in()} (CORNERNET_DATA names a "
                     "folder without coco128; unset it to use tests/data/coco128-mini)")

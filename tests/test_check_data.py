@@ -11,7 +11,7 @@ from collections import Counter
 import cv2
 import numpy as np
 import pytest
-from _coco128 import TRAIN, VAL, facts
+from _coco_counts import TRAIN, VAL, facts
 from _train_helpers import REPO, losses, write_config
 
 from core.config import load_config

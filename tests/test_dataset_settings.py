@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _coco128 import facts
+from _coco_counts import facts
 from _train_helpers import write_config
 
 from core.config import DatasetSettings, SystemConfig

@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from _coco128 import TRAIN, VAL, facts
+from _coco_counts import TRAIN, VAL, facts
 
 from core.config import ConfigError, SystemConfig
 from core.dbs import COCO, DETECTION, VOC, YOLO, DatasetError, Shapes, datasets

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _coco128 import facts
+from _coco_counts import facts
 from _inproc import run_script
 
 from bench import _shared

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from _coco128 import TRAIN, VAL, facts
+from _coco_counts import TRAIN, VAL, facts
 from _train_helpers import REPO, losses, write_config
 from _yolo_voc import write_coco, write_voc, write_yolo
 
