@@ -4,7 +4,7 @@ In order: the folder `CORNERNET_DATA` names (gpu_check's `--data` sets it for it
 `../shared` beside the repository (a developer's checkout and CI), then `./shared` inside it (what
 `bench/gpu_prep.sh` fills, since only the repository travels to a GPU machine). A folder is laid
 out like shared/: `data/coco128/` and `reference/`; a coco128 folder itself is taken too. The
-repository carries the parity references and a 24-image subset of coco128 (tests/data/): the
+repository carries the parity references and a 28-image subset of coco128 (tests/data/): the
 tests fall back to them, the benchmarks take the full set only.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ENV = "CORNERNET_DATA"
 MARK = Path("annotations") / "instances_coco128.json"
-# what travels with the repository: 24 of coco128's images with their original annotations,
+# what travels with the repository: 28 of coco128's images with their original annotations,
 # and the parity references (tests/data/README.md)
 SUBSET = REPO / "tests" / "data" / "coco128-mini"
 REFERENCE = REPO / "tests" / "data" / "reference"
@@ -33,7 +33,7 @@ def candidates() -> list[tuple[str, Path]]:
 
 def coco128_dir(subset: bool = False) -> Path | None:
     """The first coco128 folder (images/, annotations/instances_coco128*.json), or None. With
-    `subset` (the tests) and no CORNERNET_DATA, the repository's own 24 of its images
+    `subset` (the tests) and no CORNERNET_DATA, the repository's own 28 of its images
     (tests/data/coco128-mini, same layout and file names) when no full set is found."""
     for _, root in candidates():
         for path in (root, root / "data" / "coco128"):

@@ -24,7 +24,7 @@ from bench._shared import coco128_dir, is_full, looked_in, reference_dir
 with contextlib.suppress(ImportError):
     import submitit  # noqa: F401
 
-COCO128 = coco128_dir(subset=True)  # the full set, else the repository's 24 images
+COCO128 = coco128_dir(subset=True)  # the full set, else the repository's 28 images
 REFERENCE = reference_dir()
 
 # Two threads for a serial run; one per worker when pytest-xdist runs one worker per core.
@@ -79,7 +79,7 @@ def worker_group(item) -> str | None:
 @pytest.fixture(scope="session")
 def coco128():
     """Real COCO images with their original annotations, in coco128's layout: the 128 of the
-    full set where one is found, else the repository's 24 (tests/data/coco128-mini). A test
+    full set where one is found, else the repository's 28 (tests/data/coco128-mini). A test
     derives the counts it asserts from the annotation files (tests/_coco_counts.py)."""
     if COCO128 is None:
         pytest.skip(f"real data not found; looked in {looked_in()} (CORNERNET_DATA names a "
