@@ -3,6 +3,7 @@ selection, budget and streaming log; the CPU rehearsal of the whole run; bench/g
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -187,7 +188,8 @@ def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128):
     rows, the table before the deadline and 'not scored'). Its time is printed, not asserted:
     how much the budget refuses depends on the machine's speed and load."""
     done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, _shared.ENV: str(coco128)})  # the set found
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "rehearsal passed" in done.stdout
 
@@ -197,7 +199,8 @@ def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128):
 def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_path, coco128):
     dest = tmp_path / "shared"
     done = subprocess.run(["bash", str(REPO / "bench" / "gpu_prep.sh"), str(dest)], cwd=REPO,
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, _shared.ENV: str(coco128)})  # the set found
     assert done.returncode == 0, done.stdout + done.stderr
     copied = dest / "data" / "coco128"
     assert len(list((copied / "images").iterdir())) == len(list((coco128 / "images").iterdir()))
