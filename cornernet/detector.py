@@ -41,6 +41,7 @@ from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
 from core.inference import test_func
 from core.nnet.checkpoint import SNAPSHOT_FORMAT, read_snapshot, require_snapshot
+from core.utils import hints
 from core.utils.threads import use_threads
 
 from .results import Result
@@ -203,7 +204,7 @@ class Detector:
         meta = _export_metadata(path, entry)
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
-                              "python tools/export.py (or cornernet export)")
+                              f"{hints.command('tools/export.py')}")
         record = meta.get("settings")
         if record is not None:
             system_config, db_config = snapshot_config(

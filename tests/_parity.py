@@ -1,4 +1,4 @@
-"""Helpers for the numeric parity references in ../shared/reference (see its README).
+"""Helpers for the numeric parity references (tests/data/reference; see its README).
 
 `fill_deterministic` applies the README's deterministic fill rule; the `check_*` functions
 compare against the stored statistics with the README's tolerances.

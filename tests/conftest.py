@@ -14,7 +14,7 @@ import torch
 from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
-from bench._shared import coco128_dir, looked_in, reference_dir
+from bench._shared import coco128_dir, is_full, looked_in, reference_dir
 
 # submitit configures logging at its first import (logging.config.dictConfig), which closes
 # every logging handler alive at that moment. absl's handler (imported with openvino and nncf)
@@ -24,7 +24,7 @@ from bench._shared import coco128_dir, looked_in, reference_dir
 with contextlib.suppress(ImportError):
     import submitit  # noqa: F401
 
-COCO128 = coco128_dir()
+COCO128 = coco128_dir(subset=True)  # the full set, else the repository's 28 images
 REFERENCE = reference_dir()
 
 # Two threads for a serial run; one per worker when pytest-xdist runs one worker per core.
@@ -78,11 +78,23 @@ def worker_group(item) -> str | None:
 
 @pytest.fixture(scope="session")
 def coco128():
-    """The 128 real COCO images with their annotations; tests skip when none is found."""
+    """Real COCO images with their original annotations, in coco128's layout: the 128 of the
+    full set where one is found, else the repository's 28 (tests/data/coco128-mini). A test
+    derives the counts it asserts from the annotation files (tests/_coco_counts.py)."""
     if COCO128 is None:
-        pytest.skip(f"real data not found; looked in {looked_in()} (set CORNERNET_DATA, or run "
-                    "bench/gpu_prep.sh)")
+        pytest.skip(f"real data not found; looked in {looked_in()} (CORNERNET_DATA names a "
+                    "folder without coco128; unset it to use tests/data/coco128-mini)")
     return COCO128
+
+
+@pytest.fixture(scope="session")
+def coco128_full(coco128):
+    """The whole coco128 (128 images), for the few tests whose point needs its size; they skip
+    on the repository's subset."""
+    if not is_full(coco128):
+        pytest.skip(f"needs the full coco128 (128 images); looked in {looked_in()}: set "
+                    "CORNERNET_DATA to a folder holding data/coco128 (bench/gpu_prep.sh)")
+    return coco128
 
 
 @pytest.fixture(scope="session")

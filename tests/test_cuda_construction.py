@@ -21,8 +21,9 @@ FP16_MAX = torch.finfo(torch.float16).max
 
 
 @pytest.fixture(scope="module")
-def db(coco128, tmp_path_factory):
-    return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
+def db(coco128_full, tmp_path_factory):
+    return coco128_db(coco128_full, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"),
+                      categories=80)
 
 
 def test_fp16_at_the_scalers_first_scales_overflows_and_the_tests_scale_fits(tmp_path, db):

@@ -13,6 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from _coco_counts import TRAIN, VAL, facts
 
 from core.config import ConfigError, SystemConfig
 from core.dbs import COCO, DETECTION, VOC, YOLO, DatasetError, Shapes, datasets
@@ -68,11 +69,12 @@ def test_registry_names_every_dataset():
     assert datasets == {"COCO": COCO, "Shapes": Shapes, "VOC": VOC, "YOLO": YOLO}
 
 
-def test_loads_128_images_and_80_categories(db: COCO, raw: dict):
-    assert len(db) == 128 and db.num_classes == 80
+def test_loads_every_image_and_80_categories(db: COCO, raw: dict, coco128: Path):
+    held = facts(coco128)  # 128 images, 939 boxes, 10 crowds in the full set
+    assert len(db) == held.images and db.num_classes == 80
     assert db.class_ids == sorted(c["id"] for c in raw["categories"])
-    assert db.db_inds.dtype == np.int64 and db.db_inds.tolist() == list(range(128))
-    assert sum(len(db.detections(i)) for i in range(128)) == 939 - 10
+    assert db.db_inds.dtype == np.int64 and db.db_inds.tolist() == list(range(held.images))
+    assert sum(len(db.detections(i)) for i in range(len(db))) == held.annotations - held.crowds
     assert db.has_annotations and db.annotation_file.name == ALL_JSON
 
 
@@ -102,7 +104,8 @@ def test_detections_are_the_non_crowd_boxes_and_crowds_are_kept_apart(db: COCO, 
         assert crowds.dtype == np.float32 and crowds.shape == (len(expected[1]), 4)
         np.testing.assert_allclose(dets, np.array(expected[0], np.float32).reshape(-1, 5))
         np.testing.assert_allclose(crowds, np.array(expected[1], np.float32).reshape(-1, 4))
-    assert sum(len(db.crowd_boxes(i)) for i in range(len(db))) == 10
+    assert sum(len(db.crowd_boxes(i)) for i in range(len(db))) == \
+        sum(a["iscrowd"] for a in raw["annotations"]) > 0
 
 
 def test_images_without_annotations_give_empty_detections(db: COCO):
@@ -132,8 +135,10 @@ def test_split_files_select_the_subset(coco128: Path, sys_config: SystemConfig):
                                    "val": str(ann / "instances_coco128_val.json")}}
     train = datasets["COCO"](config, split="train", sys_config=sys_config)
     val = datasets["COCO"](config, split="val", sys_config=sys_config)
-    assert (len(train), len(val)) == (96, 32)
-    assert max(train.image_id(i) for i in range(96)) < min(val.image_id(i) for i in range(32))
+    held = facts(coco128, TRAIN), facts(coco128, VAL)  # 96 and 32 in the full set
+    assert (len(train), len(val)) == (held[0].images, held[1].images)
+    assert [train.image_id(i) for i in range(len(train))] == list(held[0].image_ids)
+    assert max(held[0].image_ids) < min(held[1].image_ids)
     with pytest.raises(ConfigError, match="unknown split 'test'.*train, val"):
         COCO(config, split="test", sys_config=sys_config)
 
@@ -157,7 +162,9 @@ def test_boxes_outside_are_clipped_and_empty_ones_dropped_each_said_once(
         assert len(clipped) == 1 and len(dropped) == 1
         assert "2 box(es)" in clipped[0] and "2 box(es)" in dropped[0]
         assert str(path) in dropped[0] and "annotation id" in dropped[0]
-    assert sum(len(db.detections(i)) for i in range(len(db))) == 939 - 10 - 2
+    held = facts(coco128)
+    assert sum(len(db.detections(i)) for i in range(len(db))) == \
+        held.annotations - held.crowds - 2
     all_dets = np.concatenate([db.detections(i) for i in range(len(db))])
     assert all_dets[:, :2].min() >= 0
 
@@ -190,7 +197,7 @@ def test_cache_is_reused_and_written_under_cache_dir(db: COCO, coco128: Path,
         raise AssertionError("parsed again despite an up-to-date cache")
     monkeypatch.setattr(coco_module, "parse_instances", fail)
     again = COCO(db.configs, split="all", sys_config=sys_config)
-    assert len(again) == 128
+    assert len(again) == facts(coco128).images
     np.testing.assert_array_equal(again.detections(5), db.detections(5))
 
 
@@ -258,7 +265,7 @@ def test_json_without_annotations_is_a_test_set(coco128: Path, tmp_path: Path,
                                                 sys_config: SystemConfig):
     path = copy_json(coco128, tmp_path, lambda content: content.pop("annotations"))
     db = COCO(db_config(coco128 / "images", path), split="all", sys_config=sys_config)
-    assert not db.has_annotations and len(db) == 128
+    assert not db.has_annotations and len(db) == facts(coco128).images
     assert all(db.detections(i).shape == (0, 5) for i in range(len(db)))
 
 
@@ -288,10 +295,11 @@ def test_shuffle_uses_the_dataset_generator(db: COCO, coco128: Path, sys_config:
     other = COCO(db.configs, split="all", sys_config=sys_config)
     db.shuffle_inds()
     other.shuffle_inds()
-    assert db.db_inds.tolist() == other.db_inds.tolist() != list(range(128))
-    assert sorted(db.db_inds.tolist()) == list(range(128))
+    count = facts(coco128).images
+    assert db.db_inds.tolist() == other.db_inds.tolist() != list(range(count))
+    assert sorted(db.db_inds.tolist()) == list(range(count))
     db.set_rng(np.random.default_rng(7))
-    expected = db.db_inds[np.random.default_rng(7).permutation(128)]
+    expected = db.db_inds[np.random.default_rng(7).permutation(count)]
     db.shuffle_inds()
     np.testing.assert_array_equal(db.db_inds, expected)
 
@@ -299,8 +307,8 @@ def test_shuffle_uses_the_dataset_generator(db: COCO, coco128: Path, sys_config:
 def test_db_inds_can_be_replaced_within_range(db: COCO):
     db.db_inds = [3, 1]
     assert db.db_inds.dtype == np.int64 and db.db_inds.tolist() == [3, 1]
-    with pytest.raises(IndexError, match="0..127"):
-        db.db_inds = [128]
+    with pytest.raises(IndexError, match=f"0..{len(db) - 1}"):
+        db.db_inds = [len(db)]
 
 
 def test_split_none_touches_no_files(tmp_path: Path):
@@ -328,7 +336,7 @@ def test_default_layout_finds_data_dir_coco(coco128: Path, tmp_path: Path):
                 coco_dir / "annotations" / "instances_minival2014.json")
     config = SystemConfig(tmp_path).update_config({"cache_dir": "cache"})
     db = COCO({}, split="minival", sys_config=config)
-    assert len(db) == 32 and (tmp_path / "cache" / "dbs").is_dir()
+    assert len(db) == facts(coco128, VAL).images and (tmp_path / "cache" / "dbs").is_dir()
 
 
 # ---- a cache that heals itself ----------------------------------------------------------------
@@ -345,7 +353,7 @@ def damage_and_reload(coco128: Path, sys_config: SystemConfig, said, damage) -> 
     damage(cache_file(sys_config))
     said.clear()
     again = COCO(config, split="all", sys_config=sys_config, log=said.append)
-    assert len(again) == len(first) == 128
+    assert len(again) == len(first) == facts(coco128).images
     np.testing.assert_array_equal(again.detections(5), first.detections(5))
     return again
 
@@ -419,7 +427,7 @@ def test_an_unwritable_cache_is_named_and_the_run_goes_on(coco128: Path, tmp_pat
     sys_config = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
     db = COCO(db_config(coco128 / "images", coco128 / "annotations" / ALL_JSON),
               split="all", sys_config=sys_config, log=said.append)
-    assert len(db) == 128
+    assert len(db) == facts(coco128).images
     (warning,) = said
     assert warning.startswith(f"cannot write the dataset cache (cannot write "
                               f"{tmp_path / 'cache' / 'dbs'}")

@@ -3,9 +3,11 @@ command from an empty folder: train, test, predict on a picture and a short vide
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -37,10 +39,31 @@ def installed(tmp_path_factory):
     call([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
           "-w", tmp / "dist", ROOT], tmp, env)
     wheel = next((tmp / "dist").glob("cornernet_lite_modern-*.whl"))
-    call([sys.executable, "-m", "venv", "--system-site-packages", tmp / "venv"], tmp, env)
+    call([sys.executable, "-m", "venv", tmp / "venv"], tmp, env)
     bin_dir = tmp / "venv" / "bin"
     call([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", wheel], tmp, env)
+    see_running_packages(bin_dir / "python", tmp, env)
     return bin_dir, env
+
+
+def running_site_dirs() -> list[str]:
+    """The site-packages folders of the interpreter running the tests: a venv's own (and the
+    base's when it was made with --system-site-packages), or the machine's."""
+    return [path for path in sys.path
+            if os.path.basename(path.rstrip(os.sep)) in ("site-packages", "dist-packages")
+            and os.path.isdir(path)]
+
+
+def see_running_packages(python, tmp, env):
+    """Let the fresh environment import what the running interpreter has (torch, cv2, ...),
+    after its own site-packages, which hold the wheel. `venv --system-site-packages` would give
+    the BASE interpreter's packages: none of a venv's. A .pth file's lines are appended to
+    sys.path as they are (the .pth files inside them are not run: an editable install of the
+    checkout stays out of sight)."""
+    done = call([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                tmp, env)
+    own = done.stdout.strip()
+    (Path(own) / "zz_running_interpreter.pth").write_text("\n".join(running_site_dirs()) + "\n")
 
 
 def test_the_wheel_names_its_licence_and_ships_the_configs(installed, tmp_path):
@@ -76,12 +99,20 @@ def test_train_test_and_predict_from_an_empty_folder(installed, tmp_path):
     snapshot = work / "cache" / "nnet" / "CornerNet_Tiny" / "CornerNet_Tiny_2.pkl"
     assert snapshot.is_file(), done.stdout
     assert "done: 2 iterations" in done.stdout
+    train_log = done.stdout + done.stderr
     record = torch.load(snapshot, weights_only=True)["config"]  # --set is part of the record
     assert record["system"]["max_iter"] == 2 and record["db"]["num_val_images"] == 4
     done = call([cornernet, "test", "CornerNet_Tiny", "--testiter", "best", "--device", "cpu",
                  *SETTINGS], work, env)
-    assert (work / "results" / "CornerNet_Tiny" / "best" / "val" / "metrics.json").is_file()
+    results = work / "results" / "CornerNet_Tiny" / "best" / "val"
+    assert (results / "metrics.json").is_file()
     assert "images/s" in done.stdout
+    # the base install draws the report pictures, and says nothing of a missing extra
+    trained = work / "cache" / "nnet" / "CornerNet_Tiny"
+    assert (trained / "metrics.png").is_file() and (results / "pr_curves.png").is_file()
+    for said in (train_log, done.stdout + done.stderr):
+        assert not [line for line in said.splitlines()
+                    if "pip install" in line or "matplotlib" in line], said
 
     picture = next((work / "data" / "shapes" / "images" / "val").iterdir())
     clip = work / "clip.mp4"
@@ -99,3 +130,21 @@ def test_train_test_and_predict_from_an_empty_folder(installed, tmp_path):
     capture.release()
     assert sorted(p.name for p in work.iterdir()) == ["cache", "clip.mp4", "data", "out",
                                                       "results"]
+    # analyze results reads the config by name: the run's (--set included) from its snapshot
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "CornerNet_Tiny.json").write_text(json.dumps(record))
+    done = call([cornernet, "analyze", "results", "CornerNet_Tiny", "--testiter", "best",
+                 "--config-dir", configs], work, env)
+    assert (results / "breakdown.json").is_file(), done.stdout
+    assert not [line for line in (done.stdout + done.stderr).splitlines()
+                if "pip install" in line or "matplotlib" in line or "generating" in line]
+
+
+def test_hints_name_the_installed_forms(installed, tmp_path):
+    bin_dir, env = installed
+    code = ("from core.utils import hints; print(hints.is_checkout()); "
+            "print(hints.install('onnx')); print(hints.command('tools/export.py', 'X'))")
+    done = call([bin_dir / "python", "-c", code], tmp_path, env)
+    assert done.stdout.splitlines() == ["False", 'pip install "cornernet-lite-modern[onnx]"',
+                                        "cornernet export X"]

@@ -14,6 +14,7 @@ from core.engine.metrics import (
     Metrics,
     Throughput,
     display_line,
+    open_metrics,
     read_lines,
     tensorboard_writer,
 )
@@ -77,18 +78,26 @@ def test_tensorboard_events_hold_the_values_written(tmp_path):
     assert "terms" not in events.Tags()["scalars"]
 
 
-def test_without_tensorboard_one_line_says_it_is_off(tmp_path, monkeypatch):
+def test_without_tensorboard_one_line_says_it_is_off_only_where_asked(tmp_path, monkeypatch):
     real_import = builtins.__import__
 
     def no_tensorboard(name, *args, **kwargs):
         if name.startswith(("torch.utils.tensorboard", "tensorboard")):
-            raise ImportError(f"No module named {name!r}")
+            raise ModuleNotFoundError(f"No module named {name!r}")
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     said = []
     assert tensorboard_writer(tmp_path / "tb", 0, said.append) is None
     assert len(said) == 1 and "TensorBoard is off" in said[0] and "[tensorboard]" in said[0]
+    said.clear()  # the default run: TensorBoard is an extra nobody asked for, so no word
+    assert tensorboard_writer(tmp_path / "tb", 0, said.append, asked=False) is None
+    metrics = open_metrics(tmp_path, 0, None, said.append, True)
+    assert said == [] and [type(w).__name__ for w in metrics.writers] == ["JsonlWriter",
+                                                                          "BarWriter"]
+    metrics.close()
+    open_metrics(tmp_path, 0, None, said.append, True, tensorboard=True).close()
+    assert len(said) == 1 and said[0].startswith("TensorBoard is off (ModuleNotFoundError")
 
 
 def test_throughput_counts_images_and_wait_per_window(monkeypatch):

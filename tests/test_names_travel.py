@@ -14,7 +14,7 @@ import torch
 
 from core.config import load_config
 from core.dbs import datasets
-from core.inference.runtimes import open_network
+from core.deploy.runtimes import open_network
 from core.nnet.checkpoint import class_record, read_snapshot, recorded_classes
 from core.nnet.py_factory import NetworkFactory
 from cornernet import Detector

@@ -161,11 +161,12 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
     system = config(1, cache_dir=str(tmp_path / "cache"))
     make_db = functools.partial(datasets["COCO"], db_config, split="train", sys_config=system)
     sample = sampler("cornernet")
-    probe, _ = sample(make_db(), 0, 1)
+    probe_db = make_db()
+    probe, _ = sample(probe_db, 0, 1)
     skipped = []
     with Prefetcher(make_db, sample, probe, share=deal(1, None, 0, 1), workers=1,
                     data_aug=True, stream="train", seed=7, prefetch_size=4) as data:
-        for _ in range(96):  # one epoch of the 96 training images
+        for _ in range(len(probe_db)):  # one epoch of the training images
             batch, meta = data.get()
             skipped += meta["skipped"]
             assert batch["image"].shape == (1, 128, 128, 3)

@@ -21,7 +21,6 @@ from tests._dense_reference import coco128_db, system_config
 
 SAMPLERS = [("CornerNet", "cornernet"), ("CornerNet_Saccade", "cornernet_saccade")]
 EMPTY_IMAGES, GRAYSCALE_IMAGE = (250, 508), 86
-CROWD_IMAGES = (149, 257, 315, 357, 438, 540, 544, 564, 643)
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +94,7 @@ def test_batch_colour_is_the_folded_jitter_of_the_drawn_parameters(coco128, cach
     """Replaying db.rng gives the same jitter; folded, it equals the step-by-step float32
     colour jitter, lighting and normalisation applied to the crop the original way."""
     db = coco128_db(coco128, "CornerNet", cache_dir, seed=7)
-    for position in (5, 40, 77):
+    for position in (5, len(db) // 3, len(db) * 3 // 5):  # 5, 42, 76 of the full coco128
         replay = np.random.default_rng()
         replay.bit_generator.state = db.rng.bit_generator.state
         batch, _ = data_sampling_func["cornernet"](system_config(1), db, position)
@@ -127,7 +126,8 @@ def test_every_order_of_the_jitter_folds_exactly(coco128, cache_dir):
 @pytest.mark.parametrize("config, sampler", SAMPLERS)
 def test_validation_batches_are_the_plain_resized_images(coco128, cache_dir, config, sampler):
     db = coco128_db(coco128, config, cache_dir)
-    inds = [0, 17, 42, 99]
+    count = len(db)
+    inds = [0, count // 7, count // 3, count * 3 // 4]  # 0, 18, 42, 96 of the full coco128
     state = db.rng.bit_generator.state
     first = _sample(db, sampler, inds, data_aug=False)
     second = _sample(db, sampler, inds, data_aug=False)
@@ -171,7 +171,8 @@ def test_same_seed_same_batch_other_seed_other_augmentation(coco128, cache_dir, 
 @pytest.mark.parametrize("config, sampler", SAMPLERS)
 def test_crowd_regions_never_become_targets(coco128, cache_dir, config, sampler):
     db = coco128_db(coco128, config, cache_dir)
-    inds = [_index_of(db, image_id) for image_id in CROWD_IMAGES]
+    inds = [ind for ind in range(len(db)) if len(db.crowd_boxes(ind))]  # 9 images in coco128
+    assert len(inds) >= 3
     batch = _sample(db, sampler, inds, data_aug=False)
     out_h, out_w = db.configs["output_sizes"][0]
     for b, ind in enumerate(inds):

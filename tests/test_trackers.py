@@ -11,7 +11,7 @@ import pytest
 from _train_helpers import write_config
 
 from core.engine.curves import NO_MATPLOTLIB
-from core.engine.trackers import read_run_ids, wanted
+from core.engine.trackers import open_trackers, read_run_ids, wanted
 
 PNG = b"\x89PNG\r\n\x1a\n"
 REPORT = ("metrics.png", "pr_curves.png", "per_class_ap.png", "confusion_matrix.png")
@@ -138,7 +138,8 @@ def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_pat
     assert warnings[1].startswith("warning: wandb is not installed") and \
         'pip install -e ".[wandb]"' in warnings[1]
     assert "iteration 2: loss" in out
-    assert [line for line in out.splitlines() if "needs matplotlib" in line] == [NO_MATPLOTLIB]
+    assert [line for line in out.splitlines() if "needs matplotlib" in line] == [
+        NO_MATPLOTLIB.format(plot="python tools/plot_metrics.py")]
     assert not (tmp_path / "cache" / "nnet" / "Tiny128" / "metrics.png").exists()
 
 
@@ -186,3 +187,11 @@ def test_a_resume_with_a_damaged_trackers_json_goes_on_with_a_warning(coco128, t
     assert set(json.loads((run_folder / "trackers.json").read_text())) == {"mlflow"}
     assert max(json.loads(line)["iteration"]
                for line in (run_folder / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_tensorboard_named_as_a_tracker_is_the_built_in_writer_not_a_warning(tmp_path):
+    said = []
+    opened = open_trackers({"trackers": ["tensorboard"]}, {}, tmp_path, 0, said.append)
+    assert opened == [] and said == []
+    open_trackers({"trackers": ["tensorbord"]}, {}, tmp_path, 0, said.append)
+    assert len(said) == 1 and "not one of mlflow, wandb, tensorboard" in said[0]

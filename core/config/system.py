@@ -84,7 +84,8 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
     "patience": (None, (int,), True),
     "max_minutes": (None, _NUMBER, True),
-    # experiment trackers besides TensorBoard (core/engine/trackers.py): "mlflow", "wandb";
+    # experiment trackers (core/engine/trackers.py): "mlflow", "wandb"; "tensorboard" (written
+    # whenever installed) asks to be told when it is not;
     # CORNERNET_TRACKERS=mlflow,wandb turns them on too
     "trackers": (None, (list,), True),
     "mlflow_uri": (None, (str,), True),

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..nnet.checkpoint import read_snapshot
+from ..utils import hints
 from .export import IDENTITY_KEYS, snapshot_weights, weights_digest
 
 
@@ -30,8 +31,8 @@ def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testite
     """A one-line UsageError unless the exported file `path` (metadata `meta`) holds the
     weights of snapshot `testiter` that are asked for (see the module docstring). Without the
     snapshot file (only the export was copied) the iteration alone is compared."""
-    export = (f"python tools/export.py {system_config.snapshot_name} --testiter {testiter}"
-              + (" --raw-weights" if raw_weights else ""))
+    export = hints.command("tools/export.py", f"{system_config.snapshot_name} --testiter "
+                           f"{testiter}" + (" --raw-weights" if raw_weights else ""))
     missing = [key for key in IDENTITY_KEYS if key not in meta]
     if missing:
         raise UsageError(f"{path} was exported before exports recorded their snapshot "

@@ -29,6 +29,7 @@ from core.deploy.export import CALIBRATION, INPUT_NAME, META_KEYS, describe_size
 from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError
+from ..utils import hints
 from .quantize import calibration_record, head_output_convs, quiet
 from .runtimes import Int8, Runtime, register
 
@@ -41,7 +42,7 @@ def _ort() -> Any:
     try:
         import onnxruntime
     except ImportError:
-        raise MissingOnnxRuntime("onnxruntime is not installed: pip install -e '.[onnx]'"
+        raise MissingOnnxRuntime(f"onnxruntime is not installed: {hints.install('onnx')}"
                                  ) from None
     return onnxruntime
 
@@ -59,7 +60,7 @@ def check_config(meta: dict[str, Any], path: Path, config: str, categories: int)
         raise UsageError(
             f"{path} was exported from config {meta.get('config', '?')} with "
             f"{meta.get('categories', '?')} classes, not {config} with {categories}: "
-            f"export {config} with python tools/export.py {config} or pass its file "
+            f"export {config} with {hints.command('tools/export.py', config)} or pass its file "
             "to --onnx")
 
 
@@ -98,7 +99,7 @@ class OnnxNetwork:
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own plain types
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UsageError(f"{path} is not a readable ONNX file ({first}); export it again "
-                             "with python tools/export.py") from None
+                             f"with {hints.command('tools/export.py')}") from None
         self.path = path
         self.meta = read_metadata(self.session)
         check_config(self.meta, path, config, categories)
@@ -119,7 +120,8 @@ class OnnxNetwork:
         if largest is not None and max(shape[2:]) > largest:
             raise UsageError(f"{self.path} is exact for inputs up to {largest} pixels a side, "
                              f"not {tuple(shape)}: export it again with a larger --max-map "
-                             "(python tools/export.py ... --max-map N) or test at a smaller "
+                             f"({hints.command('tools/export.py', '... --max-map N')}) or "
+                             "test at a smaller "
                              "scale")
 
     def check_decode(self, kwargs: dict[str, Any]) -> None:

@@ -28,6 +28,7 @@ from core.deploy.export import CALIBRATION, META_KEYS
 from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError
+from ..utils import hints
 from .onnx_runtime import OnnxNetwork, check_config
 from .quantize import calibration_record, head_output_convs, quiet
 from .runtimes import Int8, Runtime, register
@@ -51,7 +52,7 @@ def openvino() -> Any:
     try:
         import openvino as ov
     except ImportError:
-        raise MissingOpenVino("openvino is not installed: pip install -e '.[openvino]'"
+        raise MissingOpenVino(f"openvino is not installed: {hints.install('openvino')}"
                               ) from None
     return ov
 
@@ -66,7 +67,7 @@ def read_model(path: Path) -> Any:
         first = next((line.strip() for line in text.splitlines() if line.strip()),
                      type(err).__name__)
         raise UsageError(f"{path} is not a readable ONNX or OpenVINO IR file ({first[:200]}); "
-                         "export it again with python tools/export.py") from None
+                         f"export it again with {hints.command('tools/export.py')}") from None
 
 
 def model_metadata(model: Any) -> dict[str, Any]:

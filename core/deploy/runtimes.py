@@ -20,6 +20,7 @@ from typing import Any
 from ..config.rules import check_decode_settings
 from ..errors import UsageError, closest
 from ..nnet.checkpoint import require_snapshot
+from ..utils import hints
 from ..utils.device import resolve_device
 from ..utils.threads import use_threads
 from .identity import check_identity, onnx_file
@@ -92,8 +93,9 @@ class Runtime:
                                     "train first or pick another snapshot (--testiter)")
         path = Path(file) if file is not None else onnx_file(system_config, testiter)
         if not path.is_file():
-            raise UsageError(f"no exported file {path}: write it with python tools/export.py "
-                             f"{system_config.snapshot_name} --testiter {testiter} or name one "
+            export = hints.command("tools/export.py",
+                                   f"{system_config.snapshot_name} --testiter {testiter}")
+            raise UsageError(f"no exported file {path}: write it with {export} or name one "
                              "with --onnx")
         return path
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError
+from ..utils import hints
 from ..utils.files import write_file_atomic
 from .metrics import read_lines
 
@@ -146,8 +147,9 @@ def _draw_ap(axis: Axes, curves: Curves) -> None:
 
 
 
-NO_MATPLOTLIB = ('the run report needs matplotlib: pip install -e ".[plot]" (metrics.jsonl '
-                 'holds every value; tools/plot_metrics.py draws it later)')
+# matplotlib is a dependency: this is said only where an environment lost it
+NO_MATPLOTLIB = ("the run report needs matplotlib, a dependency this environment lacks: pip "
+                 "install matplotlib (metrics.jsonl holds every value; {plot} draws it later)")
 EVALUATION_PICTURES = ("pr_curves.png", "per_class_ap.png", "confusion_matrix.png")
 
 
@@ -159,7 +161,7 @@ def write_run_report(folder: Path, evaluated: Path | None, log: Callable[[str], 
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        log(NO_MATPLOTLIB)
+        log(NO_MATPLOTLIB.format(plot=hints.command("tools/plot_metrics.py")))
         return []
     written: list[Path] = []
     try:

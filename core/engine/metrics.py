@@ -19,6 +19,8 @@ from typing import Any, Callable, Protocol, TextIO
 
 from tqdm import tqdm
 
+from ..utils import hints
+
 
 class Writer(Protocol):
     def write(self, iteration: int, values: dict[str, Any]) -> None: ...
@@ -129,16 +131,20 @@ class BarWriter:
         pass
 
 
-def tensorboard_writer(folder: Path, start: int, log: Callable[[str], None]) -> Writer | None:
-    """A TensorBoardWriter, or None (said in one line) without a working `tensorboard`
-    package: missing, or installed but failing on import (a protobuf or numpy it does not
-    fit); the run goes on with its other writers."""
+def tensorboard_writer(folder: Path, start: int, log: Callable[[str], None],
+                       asked: bool = True) -> Writer | None:
+    """A TensorBoardWriter, or None without a working `tensorboard` package: missing, or
+    installed but failing on import (a protobuf or numpy it does not fit); the run goes on with
+    its other writers. TensorBoard is an extra: its absence is said (one line) only where it was
+    `asked` for (system.trackers naming it); a broken install is always said."""
     try:
         return TensorBoardWriter(folder, start)
     except Exception as err:  # noqa: BLE001 - a broken install raises anything on import
+        if isinstance(err, ModuleNotFoundError) and not asked:
+            return None
         first = (str(err).strip().splitlines() or [""])[0]
         log(f"TensorBoard is off ({type(err).__name__}: {first}); the metrics still go to "
-            f'metrics.jsonl; pip install -e ".[tensorboard]" to get event files in {folder}')
+            f"metrics.jsonl; {hints.install('tensorboard')} to get event files in {folder}")
         return None
 
 
@@ -171,14 +177,17 @@ class Metrics:
 
 
 def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
-                 enabled: bool, trackers: list[Writer] = ()) -> Metrics:
+                 enabled: bool, trackers: list[Writer] = (), tensorboard: bool = False
+                 ) -> Metrics:
     """The writers of a run whose files live in `folder` (rank 0: `enabled`; other ranks write
-    nothing), and the experiment `trackers` (trackers.py) opened for it."""
+    nothing), and the experiment `trackers` (trackers.py) opened for it. TensorBoard's events
+    are written whenever it is installed; `tensorboard`: it was asked for, so that its absence
+    is said."""
     if not enabled:
         return Metrics([])
     writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start, log), BarWriter(bar),
                              *trackers]
-    board = tensorboard_writer(folder / "tb", start, log)
+    board = tensorboard_writer(folder / "tb", start, log, asked=tensorboard)
     if board is not None:
         writers.append(board)
     return Metrics(writers)

@@ -25,7 +25,7 @@ from .limits import Limits
 from .metrics import EVAL_KEYS, Metrics, open_metrics, training_values
 from .snapshots import Best, Saver
 from .stop import held_back
-from .trackers import open_trackers
+from .trackers import open_trackers, wanted
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
@@ -151,7 +151,8 @@ class Run:
         rank 0 the run's report at the end, also of a stopped run."""
         folder, mine = self.system_config.snapshot_dir, self.rank == 0
         metrics = open_metrics(folder, self.start, bar, self.log, mine, open_trackers(
-            self.system_config.full, db_config, folder, self.start, self.log, enabled=mine))
+            self.system_config.full, db_config, folder, self.start, self.log, enabled=mine),
+            tensorboard="tensorboard" in wanted(self.system_config.full))
         stack.callback(metrics.close)
         if mine:
             stack.callback(lambda: metrics.artifacts(

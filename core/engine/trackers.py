@@ -20,9 +20,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..utils import hints
 from ..utils.env import setting
 
 TRACKERS = ("mlflow", "wandb")
+# written by metrics.py whenever installed; naming it asks to be told when it is not
+BUILT_IN = ("tensorboard",)
 RUN_IDS = "trackers.json"
 PARAM_CHUNK = 100  # MLflow takes at most 100 parameters a call
 
@@ -204,13 +207,15 @@ def open_trackers(system: Mapping[str, Any], db: Mapping[str, Any], folder: Path
                 opened.append(MlflowTracker(system, params, ids.get(name), log))
             elif name == "wandb":
                 opened.append(WandbTracker(system, params, ids.get(name), folder, log))
+            elif name in BUILT_IN:
+                continue
             else:
                 log(f"warning: system.trackers names '{name}', not one of "
-                    f"{', '.join(TRACKERS)}; training goes on without it")
+                    f"{', '.join(TRACKERS + BUILT_IN)}; training goes on without it")
                 continue
         except ImportError as err:
             log(warning(name, "is not installed", err).replace(
-                "; training", f' (pip install -e ".[{name}]"); training'))
+                "; training", f" ({hints.install(name)}); training"))
             continue
         except Exception as err:  # noqa: BLE001 - unreachable or misconfigured: warn, go on
             log(warning(name, "could not be opened", err))

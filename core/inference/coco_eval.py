@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UserMistake
+from ..utils import hints
 from .error_analysis import confusion_matrix, read_run
 from .per_class import format_per_class, per_class_ap
 from .report import matplotlib_missing, write_report
@@ -70,7 +71,7 @@ def _backend(name: str) -> tuple[type, type]:
         package = "faster-coco-eval" if name == "faster" else "pycocotools"
         raise MissingEvaluator(
             f"COCO evaluation needs {package} ({err}): install the 'coco' extra with "
-            f"pip install -e \".[coco]\", or choose the other --backend") from None
+            f"{hints.install('coco')}, or choose the other --backend") from None
     raise ValueError(f"unknown COCO evaluation backend '{name}'; valid: {', '.join(BACKENDS)}")
 
 

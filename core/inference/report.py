@@ -23,8 +23,9 @@ if TYPE_CHECKING:  # matplotlib is an extra, imported where a figure is drawn
 
 IOUS = {"0.5": 0, "0.75": 5}  # IoU threshold -> index into the evaluator's ten thresholds
 RECALL = np.linspace(0.0, 1.0, 101)  # COCO's recall points
-NO_MATPLOTLIB = ('report pictures need matplotlib: pip install -e ".[plot]" (the metrics and '
-                 'results are written without them)')
+# matplotlib is a dependency: this is said only where an environment lost it
+NO_MATPLOTLIB = ("report pictures need matplotlib, a dependency this environment lacks: pip "
+                 "install matplotlib (the metrics and results are written without them)")
 PICTURES = ("pr_curves.png", "per_class_ap.png", "confusion_matrix.png")
 
 

@@ -30,6 +30,7 @@ from core.config import CONFIG_DIR, SystemConfig, load_config, lookup, snapshot_
 from core.config.rules import unit_interval
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
+from core.utils import hints
 from core.utils.files import write_file_atomic
 
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
@@ -90,8 +91,8 @@ def missing_results(path: Path, args: argparse.Namespace, system_config: SystemC
                     testiter: int | str) -> str:
     """The line for a results folder without `path`: the test command that writes it (with this
     --split and --suffix), and which splits and suffixes of this snapshot were evaluated."""
-    command = (f"python test.py {args.cfg_file} --testiter {testiter} --split {args.split}"
-               + (f" --suffix {args.suffix}" if args.suffix else ""))
+    command = hints.command("test.py", f"{args.cfg_file} --testiter {testiter} --split "
+                            f"{args.split}" + (f" --suffix {args.suffix}" if args.suffix else ""))
     roles = {getattr(system_config, key): role for role, key in reversed(SPLITS.items())}
     root, done = system_config.result_dir / str(testiter), []
     for found in sorted(root.rglob("metrics.json")) if root.is_dir() else []:
@@ -119,8 +120,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     try:
         import matplotlib  # noqa: F401 - checked before the work
     except ImportError:
-        raise UsageError('the confusion-matrix picture needs matplotlib: pip install -e ".[plot]"'
-                         ) from None
+        raise UsageError("the confusion-matrix picture needs matplotlib, a dependency this "
+                         "environment lacks: pip install matplotlib") from None
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
     testiter = system_config.max_iter if args.testiter is None else args.testiter
     split = getattr(system_config, SPLITS[args.split])
@@ -133,8 +134,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
             and isinstance(summary.get("annotation_file"), str)):
         raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
-                         f"another version?); run python test.py {args.cfg_file} --testiter "
-                         f"{testiter} again")
+                         f"another version?); run "
+                         f"{hints.command('test.py', f'{args.cfg_file} --testiter {testiter}')}"
+                         " again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
     image_ids = [db.image_id(ind) for ind in db.db_inds[:summary["num_images"]]]

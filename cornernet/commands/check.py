@@ -13,7 +13,7 @@ only and images found in two. It draws
 <out>/train_batch0.jpg: augmented training images exactly as the sampler builds them with their
 boxes and, beside each, the rendered top-left and bottom-right heatmaps (all classes, max) with
 the offset arrows (and the attention maps for Saccade); and <out>/labels.png (class histogram,
-box centres, box sizes) when matplotlib is installed (pip install -e ".[plot]").
+box centres, box sizes).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def draw_labels(path: Path, reports: dict, points: dict) -> str:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return 'labels.png skipped: it needs matplotlib (pip install -e ".[plot]")'
+        return "labels.png skipped: it needs matplotlib (pip install matplotlib)"
     figure, axes = plt.subplots(1, 3, figsize=(18, 5))
     first = next(iter(reports.values()))
     names = list(first["objects_per_class"])

@@ -53,6 +53,7 @@ from core.nnet.checkpoint import (
     require_snapshot,
     snapshot_label,
 )
+from core.utils import hints
 from core.utils.files import (
     check_free_disk,
     probe_writable,
@@ -109,7 +110,7 @@ def _require_extra() -> None:
         try:
             __import__(name)
         except ImportError:
-            raise UsageError(f"{name} is not installed: pip install -e '.[onnx]'") from None
+            raise UsageError(f"{name} is not installed: {hints.install('onnx')}") from None
 
 
 def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
           f"largest differences: boxes {report['boxes']:.3g}, scores {report['scores']:.3g}"
           + (f", attention {report['attention']:.3g}" if model.with_att else "")
           + f"; valid detections {report['valid']}; {verdict} the tolerance |d| <= "
-          "1e-4*mean|ref| + 1e-4*|ref| (shared/reference/README.md section 6)")
+          f"1e-4*mean|ref| + 1e-4*|ref| ({hints.tolerance_doc()})")
     if not report["ok"]:
         raise RuntimeError(f"the export does not reproduce torch: {report.get('error', report)}; "
                            f"{out} was not written (a previous file there is unchanged)")

@@ -7,7 +7,7 @@ a PNG, by default metrics.png beside it, with a panel for each of: the loss term
 loss (and the validation loss) against iteration, the learning rate, and the validation AP,
 AP50 and AP75 (once an evaluation has run). It can run while training goes on: a last line still
 being written is left out, and the PNG is written under another name and renamed, so a viewer
-never shows half an image. matplotlib is an optional extra: pip install -e ".[plot]".
+never shows half an image.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     try:
         import matplotlib  # noqa: F401 - only to say how to get it
     except ImportError:
-        raise UsageError('plotting needs matplotlib: pip install -e ".[plot]"') from None
+        raise UsageError("plotting needs matplotlib, a dependency this environment lacks: "
+                         "pip install matplotlib") from None
     path = metrics_path(args.target, args.cache_dir)
     curves = select_curves(read_metrics(path), path,
                            lambda line: print(line, file=sys.stderr))

@@ -31,6 +31,7 @@ from typing import Any
 from core.config import CONFIG_DIR, config_path
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
+from core.utils import hints
 
 RESUME_SIGNAL = "USR2"  # the signal submitit asks SLURM for (--signal=USR2@<delay>)
 # Requeues after a time limit by default: as many as a run needs (a year of one-hour jobs).
@@ -42,8 +43,8 @@ def _checkpointable() -> type:
     try:
         from submitit.helpers import Checkpointable
     except ImportError as err:
-        raise SystemExit('error: cornernet submit needs submitit: pip install -e ".[submitit]"'
-                         ) from err
+        raise SystemExit(f"error: {hints.command('tools/submit.py')} needs submitit: "
+                         f"{hints.install('submitit')}") from err
     return Checkpointable
 
 
