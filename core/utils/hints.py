@@ -16,7 +16,7 @@ DISTRIBUTION = "cornernet-lite-modern"
 ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when this is a checkout
 
 # a checkout's script -> the installed `cornernet` subcommand that runs it
-COMMANDS: dict[str, str | None] = {
+COMMANDS: dict[str, str] = {
     "train.py": "train", "test.py": "test", "demo.py": "predict",
     "tools/export.py": "export", "tools/analyze_results.py": "analyze results",
     "tools/analyze_model.py": "analyze model", "tools/check_data.py": "check",
@@ -51,12 +51,8 @@ def install(extra: str, checkout: bool | None = None) -> str:
 def command(script: str, args: str = "", checkout: bool | None = None) -> str:
     """How to run a checkout's `script` (a key of COMMANDS) with `args`: `python <script>` in a
     checkout, `cornernet <command>` installed."""
-    if is_checkout() if checkout is None else checkout:
-        head = f"python {script}"
-    elif COMMANDS[script]:
-        head = f"cornernet {COMMANDS[script]}"
-    else:
-        head = f"python -m cornernet._tools.{Path(script).stem}"
+    checkout = is_checkout() if checkout is None else checkout
+    head = f"python {script}" if checkout else f"cornernet {COMMANDS[script]}"
     return f"{head} {args}".rstrip()
 
 
