@@ -25,11 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as `python bench/bench_threads.py` from a checkout
-    sys.path.insert(0, str(ROOT))
+import _checkout  # noqa: F401 - the checkout's root on sys.path, before core
+from _coco128 import COCO128, MISSING
 
-from bench._coco128 import COCO128, MISSING
+ROOT = Path(__file__).resolve().parents[1]
 
 # An empty OMP_WAIT_POLICY is kept by test.py (the user set it) and read by GNU OpenMP as unset
 # (after a one-line complaint on stderr): its own policy, spinning before it sleeps.

@@ -40,15 +40,22 @@ def make_tiny_coco(coco128: Path, tmp_path: Path, **db_overrides) -> Path:
     }
     (tmp_path / "configs").mkdir(exist_ok=True)
     (tmp_path / "configs" / "CocoTiny.json").write_text(json.dumps(config))
-    system_config, db_config = load_config("CocoTiny", tmp_path / "configs")
-    db = datasets["COCO"](db_config, split=None, sys_config=system_config)
-    torch.manual_seed(0)  # every call writes the same snapshot
+    person_snapshot(tmp_path / "configs", "CocoTiny")
+    return tmp_path
+
+
+def person_snapshot(folder: Path, name: str, split: str | None = None) -> None:
+    """Snapshot 0 of config `name` in `folder`: untrained (seed 0, so every call writes the same
+    one) except that its heatmap heads favour class 1 (person), so that real detections come out
+    and AP is not 0. `split`: the dataset's split the factory is built with (None: none)."""
+    system_config, db_config = load_config(name, folder)
+    db = datasets[system_config.dataset](db_config, split=split, sys_config=system_config)
+    torch.manual_seed(0)
     nnet = NetworkFactory(system_config, db, device="cpu")
     with torch.no_grad():
         for heads in (nnet.model.tl_heats, nnet.model.br_heats):
             heads[-1][-1].bias[0] += 4
     nnet.save_params(0)
-    return tmp_path
 
 
 def script(name: str, *args: object) -> list[str]:

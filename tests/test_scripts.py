@@ -40,6 +40,8 @@ RUNS = {
     "bench_sampler": (["--batches", "1", "--batch", "2"], "CornerNet_Saccade"),
     "bench_shapes_generation": (["--train", "4", "--val", "2"], "generated 6 images"),
     "bench_test": (["--images", "2", "--repeats", "1"], "test.py CornerNet_Tiny on CPU"),
+    "bench_threads": (["--images", "2", "--busy", "1"], ("default, 1 busy processes beside",
+                                                         "ms/image")),
     "bench_train": (["--tiny", "--configs", "CornerNet_Squeeze", "--modes", "fp32", "--workers",
                      "1", "--iters", "1", "--warmup", "1", "--breakdown-reps", "1", "--device",
                      "cpu"], "one step of 2 images"),

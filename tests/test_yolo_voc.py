@@ -10,17 +10,16 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 from _coco_counts import TRAIN, VAL, facts
+from _tiny_coco import person_snapshot
 from _train_helpers import losses, write_config
 from _yolo_voc import write_coco, write_voc, write_yolo
 
-from core.config import ConfigError, SystemConfig, load_config
+from core.config import ConfigError, SystemConfig
 from core.dbs import DatasetError, datasets
 from core.dbs.yolo import read_data_yaml
 from core.inference.coco_eval import score
 from core.inference.error_analysis import breakdown, read_run
-from core.nnet.py_factory import NetworkFactory
 
 
 def _script(name: str):
@@ -110,19 +109,6 @@ def _configs(three: dict, tmp_path, coco128) -> dict:
     return folders
 
 
-def _person_snapshot(folder, name) -> None:
-    """Snapshot 0: untrained, its heatmap heads favouring class 1 (person), so that real
-    detections come out and AP is not 0 (as in tests/_tiny_coco.py)."""
-    system_config, db_config = load_config(name, folder)
-    db = datasets[system_config.dataset](db_config, split=None, sys_config=system_config)
-    torch.manual_seed(0)
-    nnet = NetworkFactory(system_config, db, device="cpu")
-    with torch.no_grad():
-        for heads in (nnet.model.tl_heats, nnet.model.br_heats):
-            heads[-1][-1].bias[0] += 4
-    nnet.save_params(0)
-
-
 @pytest.mark.slow  # four two-iteration training runs in-process: 25 s on two loaded cores
 def test_training_sees_the_batches_of_the_coco_json(three, tmp_path, coco128, capsys):
     train = _script("train")
@@ -187,7 +173,7 @@ def test_test_py_on_yolo_and_voc_finds_and_scores_what_it_does_on_coco(three, tm
     test = _script("test")
     metrics, found = {}, {}
     for kind, (folder, name) in _configs(three, tmp_path, coco128).items():
-        _person_snapshot(folder, name)
+        person_snapshot(folder, name)
         metrics[kind] = test.run(test.parse_args([name, "--config-dir", str(folder), "--testiter",
                                                    "0", "--device", "cpu", "--images", "3"]))
         results = json.loads((folder.parent / "results" / name / "0" / "val" / "results.json"

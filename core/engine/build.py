@@ -161,7 +161,9 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         _check_storage(system_config, log)
     training_db = make_here(split=system_config.train_split)
     if rank == 0 and not args.initialize:
-        warn_split_overlap(system_config, db_config, training_db, training_db.split, log)
+        # The validation split's first loading in this run: its loader lines are said here.
+        warn_split_overlap(system_config, db_config, training_db, training_db.split, log,
+                           loading=True)
     evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
                          rank, world, distributed, log)
     if system_config.eval_iter and not args.initialize:
