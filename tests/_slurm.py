@@ -50,6 +50,7 @@ MpiDefault=none
 KillWait=10
 InactiveLimit=0
 MinJobAge=300
+FirstJobId={first_job}
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 GresTypes=gpu
@@ -172,8 +173,12 @@ def start(root: Path) -> Slurm:
     # Counted GPUs without devices, so that the template's --gpus-per-node is granted on CPU.
     (root / "gres.conf").write_text("".join(f"NodeName={host} Name=gpu File={dev}\n"
                                              for dev in ("/dev/null", "/dev/zero")))
+    # Job ids (and so the rendezvous ports train.sbatch derives from them, core/engine/cluster.py)
+    # start at a number of this cluster's own: a session's first job, always job 1 before, met
+    # port 20007 in use in two parallel suite runs (it never did alone).
     conf.write_text(CONF.format(host=host, cpus=cpus, memory=memory, root=root, port=port,
-                                port1=port1, munge_socket=munge_socket, gpus=GPUS))
+                                port1=port1, munge_socket=munge_socket, gpus=GPUS,
+                                first_job=1 + port % 9000))
     env = {**os.environ, "SLURM_CONF": str(conf)}
     subprocess.run(["slurmctld", "-c", "-f", str(conf)], env=env, check=True, timeout=30,
                    capture_output=True)

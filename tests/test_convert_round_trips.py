@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from _coco_counts import VAL, facts
 from _yolo_voc import write_voc
 
 from core.dbs import DatasetError
@@ -64,17 +65,20 @@ def test_coco_to_yolo_to_coco_from_a_nested_export(coco128, tmp_path):
     said: list[str] = []
     counts = coco_to_yolo(tmp_path / "val.json", source, tmp_path / "yolo", "val", False,
                           said.append)
-    assert counts == {"images": 32, "objects": 225, "classes": 80, "crowds": 4}  # 229 in all
+    held = facts(coco128, VAL)  # coco128: 32 images, 229 objects of which 4 crowd regions
+    objects = held.annotations - held.crowds
+    assert counts == {"images": held.images, "objects": objects, "classes": 80,
+                      "crowds": held.crowds}
     assert (tmp_path / "yolo" / "labels" / "val" / "000000000529.txt").is_file()
     assert "path" not in yaml.safe_load((tmp_path / "yolo" / "data.yaml").read_text())
     shutil.move(tmp_path / "yolo", tmp_path / "moved")  # no path: so it reads where it lands
     back = _yolo_to_coco(tmp_path / "moved" / "data.yaml", "val", tmp_path / "back.json", said)
-    assert said[-1].startswith(f"wrote {tmp_path / 'back.json'}: 32 images, 225 objects, "
-                               f"80 classes")
+    assert said[-1].startswith(f"wrote {tmp_path / 'back.json'}: {held.images} images, "
+                               f"{objects} objects, 80 classes")
     assert [c["name"] for c in back["categories"]] == [
         c["name"] for c in sorted(original["categories"], key=lambda c: c["id"])]
     parsed = parse_instances((tmp_path / "val.json").read_bytes(), tmp_path / "val.json")
-    assert len(parsed["boxes"]) == len(back["annotations"]) == 225
+    assert len(parsed["boxes"]) == len(back["annotations"]) == objects
     clipped = {**original, "annotations": []}  # the loader's clip, as the YOLO file holds it
     for k, (x1, y1, x2, y2, cls) in enumerate(parsed["boxes"].tolist()):
         row = int(np.searchsorted(parsed["box_counts"].cumsum(), k, side="right"))
@@ -96,31 +100,37 @@ def test_voc_to_coco_to_yolo_to_coco(coco128, tmp_path):
     to_coco(*read_voc(tmp_path / "voc", "val", names, problems), problems,
             tmp_path / "voc.json", said.append)
     assert len(said) == 2 and said[0].startswith(f"warning: boxes {ZERO_SIZE}: 1, e.g. {xml}:")
-    assert said[1] == (f"wrote {tmp_path / 'voc.json'}: 32 images, 229 objects, 80 classes; its "
-                       f"images are in {tmp_path / 'voc'} (set db.image_dirs to it)")
+    held = facts(coco128, VAL)  # coco128: 32 images, 229 objects of which 4 crowd regions
+    objects = held.annotations - held.crowds
+    assert said[1] == (f"wrote {tmp_path / 'voc.json'}: {held.images} images, "
+                       f"{held.annotations} objects, 80 classes; its images are in "
+                       f"{tmp_path / 'voc'} (set db.image_dirs to it)")
     voc_json = json.loads((tmp_path / "voc.json").read_text())
     again = parse_instances((tmp_path / "voc.json").read_bytes(), tmp_path / "voc.json")
     assert not [m for m in again["problems"] if "dropped" in m]  # nothing left to drop
     counts = coco_to_yolo(tmp_path / "voc.json", tmp_path / "voc", tmp_path / "yolo", "val",
                           False, said.append)
-    assert counts == {"images": 32, "objects": 225, "classes": 80, "crowds": 4}
+    assert counts == {"images": held.images, "objects": objects, "classes": 80,
+                      "crowds": held.crowds}
     back = _yolo_to_coco(tmp_path / "yolo" / "data.yaml", "val", tmp_path / "back.json", said)
-    assert said[-1].startswith(f"wrote {tmp_path / 'back.json'}: 32 images, 225 objects, "
-                               f"80 classes")
+    assert said[-1].startswith(f"wrote {tmp_path / 'back.json'}: {held.images} images, "
+                               f"{objects} objects, 80 classes")
     assert [c["name"] for c in back["categories"]] == names
     _same(_boxes(voc_json), _boxes(back))
     original = json.loads(coco_json.read_text())
     by_name = _boxes(original)
-    assert sum(map(len, by_name.values())) == 225
+    assert sum(map(len, by_name.values())) == objects
 
 
 def test_a_wrong_image_folder_is_refused_before_anything_is_written(coco128, tmp_path):
     coco_json = coco128 / "annotations" / "instances_coco128_val.json"
     with pytest.raises(DatasetError) as err:
         coco_to_yolo(coco_json, coco128, tmp_path / "yolo", "val", False, print)
+    first = json.loads(coco_json.read_text())["images"][0]["file_name"]
+    count = facts(coco128, VAL).images
     assert str(err.value) == (
-        f"32 of the 32 images of {coco_json} are not in {coco128} (e.g. "
-        f"{coco128 / '000000000529.jpg'}); give the folder that the json's file_name values "
+        f"{count} of the {count} images of {coco_json} are not in {coco128} (e.g. "
+        f"{coco128 / first}); give the folder that the json's file_name values "
         f"are relative to")
     assert not (tmp_path / "yolo").exists()
 

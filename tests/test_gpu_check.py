@@ -232,6 +232,7 @@ def test_the_rehearsal_runs_gpu_check_with_its_budget_log_and_the_gpu_machines_p
     scratch = tmp_path / "scratch"  # kept by a failed rehearsal: here, pytest's own folder
     monkeypatch.setattr(_rehearsal.tempfile, "mkdtemp", lambda prefix: scratch.mkdir() or scratch)
     log = tmp_path / "asked.log"
+    monkeypatch.setenv(_shared.ENV, str(coco128))  # the set the tests found, for the copy
     assert _rehearsal.rehearse(REPO, 60.0, log) == 1  # nothing ran: the checks fail
     cmd, env = started["cmd"], started["env"]
     assert cmd[cmd.index("--budget") + 1] == "60" and cmd[cmd.index("--log") + 1] == str(log)
