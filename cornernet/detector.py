@@ -40,7 +40,7 @@ from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
 from core.inference import test_func
-from core.nnet.checkpoint import SNAPSHOT_FORMAT, read_snapshot, require_snapshot
+from core.nnet.checkpoint import SNAPSHOT_FORMAT, class_record, read_snapshot, require_snapshot
 from core.utils import hints
 from core.utils.threads import use_threads
 
@@ -90,9 +90,9 @@ def class_table(system_config: SystemConfig, db_config: dict, strict: bool = Fal
             raise FileNotFoundError(system_config.data_dir)
         db = lookup(datasets, system_config.dataset, "dataset")(
             db_config, split=system_config.val_split, sys_config=system_config)
-        if db.class_ids:
-            return ([db.cls2name(c) for c in range(1, count + 1)],
-                    [db.cls2coco(c) for c in range(1, count + 1)])
+        record = class_record(db)
+        if record is not None:
+            return record["names"], record["ids"]
     except (FileNotFoundError, ConfigError, DatasetError, OSError):
         if strict and named:
             raise

@@ -113,13 +113,12 @@ def write_config(nnet: NetworkFactory, folder: Path) -> Path:
 
 
 def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory,
-              share: Deal, world: int, workers: int, rank: int, log: Log) -> None:
+              share: Deal, world: int, workers: int, threads: int, rank: int,
+              log: Log) -> None:
     """The run in a few lines; the resolved config goes to a file (rank 0 writes it)."""
     if rank == 0:
         log(f"config: {write_config(nnet, system_config.snapshot_dir)} (the resolved settings, "
             "also recorded in every snapshot)")
-    threads = trainer_threads(workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    torch.set_num_threads(threads)
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
         f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
         f"rank 0 runs {share.mine}; {threads} thread(s) and {workers} prefetch worker(s) "
@@ -178,7 +177,10 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
-    _describe(system_config, training_db, nnet, share, world, args.workers, rank, log)
+    # The trainer's share of this node's CPUs, less one per prefetch worker (core/utils/threads.py)
+    threads = trainer_threads(args.workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    torch.set_num_threads(threads)
+    _describe(system_config, training_db, nnet, share, world, args.workers, threads, rank, log)
     start, resumed = _resume(args, system_config, nnet, rank, distributed, log)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))

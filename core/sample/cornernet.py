@@ -56,8 +56,9 @@ def allocate(layout: Layout, batch_size: int,
              initial: dict[str, int] | None = None) -> dict[str, np.ndarray]:
     """The arrays of `layout` for `batch_size` images, zeroed (or filled with `initial[key]`)."""
     initial = initial or {}
-    return {key: np.full((batch_size, *shape), initial.get(key, 0), dtype)
-            for key, (shape, dtype) in layout.items()}
+    # np.zeros where nothing else is asked: its pages come zeroed, written only as they are filled
+    return {key: np.full((batch_size, *shape), initial[key], dtype) if initial.get(key)
+            else np.zeros((batch_size, *shape), dtype) for key, (shape, dtype) in layout.items()}
 
 
 def sample_batch(db: Any, k_ind: int, batch_size: int, strict_images: bool, layout: Layout,
