@@ -20,6 +20,7 @@ from ..utils.device import check_runtime, distributed_kind, resolve_device
 from ..utils.dist import check_backend
 from ..utils.files import check_shm
 from ..utils.procs import remove_dead_mp_folders
+from ..utils.threads import training_share
 
 
 def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
@@ -38,7 +39,8 @@ def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
     check_model_fit(system_config.model_name, db_config)
     node = shares[args.rank * procs:(args.rank + 1) * procs]
     check_shm(shm_need(db_config, system_config.sampling_function,
-                       sum(share.local_batch for share in node), args.workers,
+                       sum(share.local_batch for share in node),
+                       training_share(args.workers, procs).workers,
                        prefetch_size=system_config.prefetch_size,
                        validation=bool(system_config.val_iter)))
     if data:

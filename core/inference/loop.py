@@ -25,6 +25,8 @@ import torch
 from tqdm import tqdm
 
 from core.utils.images import ImageReadError
+from core.utils.threads import ThreadGovernor
+from core.utils.threads import governor as threads_governor
 
 from ..errors import lookup
 from .registry import Inference, test_func
@@ -102,7 +104,8 @@ class DetectionRun:
 
 def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int], *,
            progress: bool = False, batch_size: int = 1,
-           on_image: Callable[[ImageResult], None] | None = None) -> DetectionRun:
+           on_image: Callable[[ImageResult], None] | None = None,
+           governor: ThreadGovernor | None = None) -> DetectionRun:
     """Run the configured inference (`system.sampling_function`) on images `inds` of `db`.
 
     Args:
@@ -114,6 +117,8 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
         batch_size: consecutive images that go through the network together (when their
             inputs have the same size); 1 gives every image the same numbers in any run.
         on_image: called with each image's `ImageResult` as soon as it is done.
+        governor: sets torch's thread count before each batch to the CPUs other processes
+            leave free (`core.utils.threads.governor`); None keeps the count.
 
     Returns:
         A `DetectionRun`. An unreadable image is an error with `system.strict_images`.
@@ -132,6 +137,8 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
     try:
         with _decode_clock(nnet, timer):
             for start in range(0, len(inds), batch_size):
+                if governor is not None:
+                    governor.tick()
                 items = [reader.next(timer) for _ in inds[start:start + batch_size]]
                 for result in _run_batch(db, nnet, inference, items, timer,
                                          system_config.strict_images):
@@ -147,6 +154,16 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
         reader.close()
     run.seconds = dict(timer.seconds)
     return run
+
+
+def cpu_governor(nnet: Network, asked: int | None = None) -> ThreadGovernor:
+    """The thread governor of `nnet`'s loop: it adjusts torch's count when torch computes `nnet`
+    on the CPU and the count is ours to choose (`asked`: --threads); otherwise it keeps the
+    count (a GPU, or a runtime that fixes its threads when it opens, as onnxruntime does)."""
+    model = getattr(nnet, "model", None)
+    if nnet.device.type != "cpu" or not isinstance(model, torch.nn.Module):
+        return ThreadGovernor(torch.get_num_threads(), adjust=False)
+    return threads_governor(asked, torch.get_num_threads())
 
 
 def _run_batch(db: DETECTION, nnet: Network, inference: Inference, items: list[tuple],

@@ -100,6 +100,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
     written, bad, count = [], [], 0
     # On a terminal only (disable=None): a log or a pipe gets the summary line, not the bar.
     bar = tqdm(unit="frame", desc="detecting", dynamic_ncols=True, disable=None)
+    from core.inference.loop import cpu_governor  # torch: not for --help
+
+    governor = cpu_governor(detector.network, args.threads)
     start = time.perf_counter()
     try:
         for source in sources:
@@ -109,6 +112,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
                     tqdm.write(f"skipped: {frame.error}")
                     bad.append(frame.source)
                     continue
+                governor.tick()
                 result = detector.detect(frame.image, frame.source, frame.index)
                 outputs.json.write(result.to_json() + "\n")
                 drawn = result.draw()
@@ -137,7 +141,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
     seconds = time.perf_counter() - start
     log(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
           f"{outputs.json_path}; {count / max(seconds, 1e-9):.1f} frames/s"
-          + (f"; unreadable: {', '.join(bad)}" if bad else ""))
+          + (f"; unreadable: {', '.join(bad)}" if bad else "")
+          + (f"; {governor.summary()}" if governor.summary() else ""))
     if stop():
         raise Stopped(stop.signum)
     if not written:
