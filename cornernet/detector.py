@@ -40,7 +40,13 @@ from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
 from core.inference import test_func
-from core.nnet.checkpoint import SNAPSHOT_FORMAT, class_record, read_snapshot, require_snapshot
+from core.nnet.checkpoint import (
+    SNAPSHOT_FORMAT,
+    class_record,
+    default_snapshot,
+    read_snapshot,
+    require_snapshot,
+)
 from core.utils import hints
 from core.utils.threads import use_threads
 
@@ -166,7 +172,8 @@ class Detector:
         torch), `file` and `precision` as test.py's --runtime, --onnx and --precision."""
         use_threads(kwargs.get("threads"))
         system_config, db_config = load_config(config, config_dir, overrides=overrides)
-        testiter = system_config.max_iter if snapshot is None else snapshot_value(snapshot)
+        testiter = (default_snapshot(system_config) if snapshot is None
+                    else snapshot_value(snapshot))
         network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter, device,
                                   None if file is None else Path(file), raw_weights, precision)
         return cls(network, system_config, db_config, **kwargs)
@@ -281,7 +288,7 @@ def open_detector(config: str | None = None, snapshot: Path | None = None,
         return Detector.from_onnx(onnx, device, config_dir, runtime, precision,
                                   overrides=overrides, thresh=thresh, threads=threads)
     system_config, db_config = load_config(config, config_dir, overrides=overrides)
-    testiter = system_config.max_iter if testiter is None else testiter
+    testiter = default_snapshot(system_config) if testiter is None else testiter
     if runtime in (None, "torch"):
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter,

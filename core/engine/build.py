@@ -27,6 +27,7 @@ from ..data.ring import probe_batch
 from ..dbs import DatasetError, datasets
 from ..errors import Stopped, lookup
 from ..inference.coco_eval import require_backend
+from ..nnet.checkpoint import RUN_CONFIG
 from ..nnet.py_factory import NetworkFactory
 from ..sample import sampler
 from ..utils import dist as dist_utils
@@ -39,7 +40,7 @@ from ..utils.files import (
     snapshot_bytes,
     write_file_atomic,
 )
-from ..utils.threads import trainer_threads, usable_cpus
+from ..utils.threads import CpuShare, training_share, usable_cpus
 from . import snapshots
 from .evaluation import Evaluator
 from .metrics import DataCounts, Throughput
@@ -51,8 +52,6 @@ if TYPE_CHECKING:
     from ..dbs.detection import DETECTION
 
 Log = Callable[[str], None]
-# The resolved config of a run, beside its snapshots (cache/nnet/<Cfg>/config.json).
-CONFIG_FILE = "config.json"
 
 
 def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
@@ -70,7 +69,8 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
         if stop():
             raise Stopped(stop.signum)
         share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
-        log(dry_run(make_db, sample, share, args.workers, args.dry_run, seed=system_config.seed,
+        workers = cpu_share(args, world, log).workers
+        log(dry_run(make_db, sample, share, workers, args.dry_run, seed=system_config.seed,
                     prefetch_size=system_config.prefetch_size, device=where).report())
     except Stopped as stopped:
         log(f"stopped by {stopped}: a dry run has nothing to save")
@@ -105,11 +105,20 @@ def _check_val_split(make_val_db: Callable[[], DETECTION], split: str) -> None:
 
 def write_config(nnet: NetworkFactory, folder: Path) -> Path:
     """The resolved config (as every snapshot records it) as `folder`/config.json, atomically."""
-    path = folder / CONFIG_FILE
+    path = folder / RUN_CONFIG
     folder.mkdir(parents=True, exist_ok=True)
     text = json.dumps(nnet.config_record(), indent=2) + "\n"
     write_file_atomic(path, lambda file: file.write(text.encode()))
     return path
+
+
+def cpu_share(args: argparse.Namespace, world: int, log: Log) -> CpuShare:
+    """This process's prefetch workers and trainer threads within its share of this machine's
+    CPUs (core/utils/threads.py); says so when --workers asked for more."""
+    cpus = training_share(args.workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    if cpus.note:
+        log(f"note: {cpus.note}")
+    return cpus
 
 
 def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: NetworkFactory,
@@ -177,17 +186,17 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
-    # The trainer's share of this node's CPUs, less one per prefetch worker (core/utils/threads.py)
-    threads = trainer_threads(args.workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    torch.set_num_threads(threads)
-    _describe(system_config, training_db, nnet, share, world, args.workers, threads, rank, log)
+    cpus = cpu_share(args, world, log)
+    torch.set_num_threads(cpus.threads)
+    _describe(system_config, training_db, nnet, share, world, cpus.workers, cpus.threads, rank,
+              log)
     start, resumed = _resume(args, system_config, nnet, rank, distributed, log)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))
     probe = None if args.initialize else probe_batch(training_db, sample, share)
     run = Run(
         system_config=system_config, nnet=nnet, share=share, rank=rank, distributed=distributed,
-        start=start, workers=args.workers, sample=sample, probe=probe,
+        start=start, workers=cpus.workers, sample=sample, probe=probe,
         make_train_db=functools.partial(make_db, split=system_config.train_split),
         make_val_db=functools.partial(make_db, split=system_config.val_split),
         best=snapshots.Best(system_config.snapshot_file("best")), evaluate=evaluate,

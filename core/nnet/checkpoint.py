@@ -10,6 +10,7 @@ snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and lo
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from ..config import SystemConfig
 
 SNAPSHOT_FORMAT = "cornernet-lite-modern/1"
+# The resolved config of the config's last training, in its snapshot folder (core/engine/build.py)
+RUN_CONFIG = "config.json"
 
 
 class SnapshotMissing(UserMistake, FileNotFoundError):
@@ -40,6 +43,23 @@ def require_snapshot(system_config: SystemConfig, iteration: int | str,
     have = sorted(p.name for p in folder.glob("*.pkl")) if folder.is_dir() else []
     raise SnapshotMissing(f"no snapshot for iteration {iteration}: {path} does not exist "
                           f"(available: {', '.join(have) or 'none'}); {hint}")
+
+
+def default_snapshot(system_config: SystemConfig) -> int:
+    """The snapshot a command takes when none is named: the training's last iteration.
+
+    That is `system.max_iter` of the config as given (with its --set), unless that snapshot is
+    missing and the config's last training ran to another `max_iter` whose snapshot exists (as
+    the run folder's config.json records it: trained with `--set system.max_iter=300`, tested
+    with the config alone)."""
+    if system_config.snapshot_file(system_config.max_iter).is_file():
+        return system_config.max_iter
+    try:
+        record = json.loads((system_config.snapshot_dir / RUN_CONFIG).read_text())
+        trained = int(record["system"]["max_iter"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return system_config.max_iter
+    return trained if system_config.snapshot_file(trained).is_file() else system_config.max_iter
 
 
 def snapshot_label(system_config: SystemConfig, value: int | str | Path) -> int | str:

@@ -61,6 +61,7 @@ from core.engine.cli import describe, exit_status, keeps_process
 from core.inference.coco_eval import score
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.inference.loop import detect
+from core.nnet.checkpoint import default_snapshot
 from core.utils.device import resolve_device
 from core.utils.threads import usable_cpus
 
@@ -345,7 +346,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
     args.batch = args.batch or ([1, 8] if args.device.type == "cuda" else [1])
     print(device_line(args.device, args.threads, args.batch), flush=True)
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = system_config.max_iter if args.testiter is None else args.testiter
+    testiter = default_snapshot(system_config) if args.testiter is None else args.testiter
     db = lookup(datasets, system_config.dataset, "dataset")(db_config,
                                                             split=system_config.val_split,
                                                             sys_config=system_config)

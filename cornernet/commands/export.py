@@ -48,6 +48,7 @@ from core.errors import UsageError
 from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from core.nnet.checkpoint import (
     class_record,
+    default_snapshot,
     plain,
     read_snapshot,
     require_snapshot,
@@ -136,8 +137,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     if args.openvino:
         openvino()  # one line now when it is missing, not after the minutes of export
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = snapshot_label(system_config, system_config.max_iter if args.testiter is None
-                              else args.testiter)
+    testiter = snapshot_label(system_config, default_snapshot(system_config)
+                              if args.testiter is None else args.testiter)
     path = require_snapshot(system_config, testiter, "train first or pick --testiter")
     dataset = lookup(datasets, system_config.dataset, "dataset")
     try:

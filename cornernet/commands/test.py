@@ -38,9 +38,9 @@ from core.errors import UsageError
 from core.inference import detect, results_folder, score
 from core.inference.coco_eval import BACKENDS, require_backend
 from core.inference.journal import Done, Journal, snapshot_identity
-from core.inference.loop import ImageResult
+from core.inference.loop import ImageResult, cpu_governor
 from core.inference.pictures import Pictures
-from core.nnet.checkpoint import snapshot_label
+from core.nnet.checkpoint import default_snapshot, snapshot_label
 from core.utils import lock
 from core.utils.threads import threads_line
 
@@ -167,8 +167,8 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     if system_config.model is None:
         system_config = system_config.replace(model=args.cfg_file)
     split = split_key(args, system_config)
-    testiter = snapshot_label(system_config, system_config.max_iter if args.testiter is None
-                              else args.testiter)
+    testiter = snapshot_label(system_config, default_snapshot(system_config)
+                              if args.testiter is None else args.testiter)
     if split == "testdev" and system_config.dataset == "COCO":
         db_config = official_testdev(system_config, db_config)
 
@@ -206,10 +206,13 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
         journal.record(result)
         pictures.on_result(result)
 
+    governor = cpu_governor(nnet, args.threads)
     start = time.perf_counter()
     run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
-                 progress=True, batch_size=batch_size, on_image=record)
+                 progress=True, batch_size=batch_size, on_image=record, governor=governor)
     seconds = time.perf_counter() - start
+    if governor.summary():
+        log(governor.summary())
     pictures.from_journal(done, set(run.image_ids), log)
     journal.close()
     detections, unreadable = done.with_run(run)
