@@ -39,7 +39,7 @@ from core.dbs.detection import DETECTION
 from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
-from core.inference import test_func
+from core.inference.registry import test_func
 from core.nnet.checkpoint import SNAPSHOT_FORMAT, class_record, read_snapshot, require_snapshot
 from core.utils import hints
 from core.utils.threads import use_threads

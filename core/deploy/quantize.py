@@ -39,8 +39,6 @@ from core.inference.cornernet import network_input, resize_and_pad
 from ..errors import UsageError
 from .runtimes import runtime
 
-DEFAULT_IMAGES = 300
-KEEP_FLOAT = ("heads", "none")
 HEADS = ("heats", "tags", "offs")
 
 

@@ -52,10 +52,11 @@ import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
 from core.dbs import datasets
+from core.deploy.defaults import DEFAULT_IMAGES, KEEP_FLOAT
 from core.deploy.export import META_KEYS, compare_outputs
 from core.deploy.identity import check_identity, onnx_file
 from core.deploy.machine import cpu_line, device_line
-from core.deploy.quantize import DEFAULT_IMAGES, KEEP_FLOAT, calibration_inputs, int8_file
+from core.deploy.quantize import calibration_inputs, int8_file
 from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
 from core.engine.cli import describe, exit_status, keeps_process
 from core.inference.coco_eval import score

@@ -35,10 +35,10 @@ from core.dbs import datasets
 from core.deploy.runtimes import add_runtime_args, open_network, runtime
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
-from core.inference import detect, results_folder, score
-from core.inference.coco_eval import BACKENDS, require_backend
+from core.inference.coco_eval import BACKENDS, require_backend, score
+from core.inference.folders import results_folder
 from core.inference.journal import Done, Journal, snapshot_identity
-from core.inference.loop import ImageResult
+from core.inference.loop import ImageResult, detect
 from core.inference.pictures import Pictures
 from core.nnet.checkpoint import snapshot_label
 from core.utils import lock
