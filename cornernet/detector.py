@@ -44,14 +44,9 @@ from core.nnet.checkpoint import SNAPSHOT_FORMAT, class_record, read_snapshot, r
 from core.utils import hints
 from core.utils.threads import use_threads
 
+from .defaults import DEFAULT_THRESH
 from .results import Result
 from .sources import as_image, frames
-
-# The one default of `cornernet predict --thresh` and `Detector(thresh=)`: low enough that a
-# briefly trained model (whose scores stay low) still shows its boxes, high enough that a
-# picture is not covered by the many low-scoring corner pairs; results can be filtered higher
-# later (`Result.draw(thresh=)`), never lower.
-DEFAULT_THRESH = 0.3
 
 
 def check_thresh(value: Any) -> float:
