@@ -5,11 +5,11 @@ Each runtime is a `Runtime`: what the command line and the error messages say of
 precisions, suffixes, benchmark rows) and the functions that open, read and quantize its files.
 This project's three (torch, onnxruntime, OpenVINO) are registered by core/deploy/builtin.py
 (core/deploy/__init__.py imports it) with functions that import their modules, and torch,
-onnxruntime or OpenVINO with them, only when first called: this module and the registry import
-no torch, so a parser that lists the runtimes (`add_runtime_args`) prints its --help at once. A
-runtime of another package is one module that calls `register` when it is imported. test.py,
-demo.py, `cornernet.Detector` and tools/benchmark.py ask `runtime(name)`, `runtime_of(file)`
-and `open_network`; none of them compares a runtime's name.
+onnxruntime or OpenVINO with them, only when first called. This module imports no torch either,
+so a parser that lists the runtimes (`add_runtime_args`) prints its --help at once. A runtime of
+another package is one module that calls `register` when it is imported. test.py, demo.py,
+`cornernet.Detector` and tools/benchmark.py ask `runtime(name)`, `runtime_of(file)` and
+`open_network`; none of them compares a runtime's name.
 """
 
 from __future__ import annotations
