@@ -39,7 +39,7 @@ from core.dbs.detection import DETECTION
 from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
-from core.inference import test_func
+from core.inference.registry import test_func
 from core.nnet.checkpoint import (
     SNAPSHOT_FORMAT,
     class_record,
@@ -50,14 +50,9 @@ from core.nnet.checkpoint import (
 from core.utils import hints
 from core.utils.threads import use_threads
 
+from .defaults import DEFAULT_THRESH
 from .results import Result
 from .sources import as_image, frames
-
-# The one default of `cornernet predict --thresh` and `Detector(thresh=)`: low enough that a
-# briefly trained model (whose scores stay low) still shows its boxes, high enough that a
-# picture is not covered by the many low-scoring corner pairs; results can be filtered higher
-# later (`Result.draw(thresh=)`), never lower.
-DEFAULT_THRESH = 0.3
 
 
 def check_thresh(value: Any) -> float:

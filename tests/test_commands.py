@@ -16,6 +16,7 @@ import pytest
 import torch
 from _tiny_coco import make_tiny_coco
 
+from core.utils import hints
 from cornernet.cli import main as cornernet
 from cornernet.commands import COMMANDS
 
@@ -101,20 +102,51 @@ def test_analyze_help_and_its_mistakes(capsys):
     assert "usage: cornernet analyze results" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # a fresh interpreter per command: about 0.3 s each
-def test_help_imports_no_torch_where_the_parser_is_light():
-    """--help of train, convert, plot, submit, check and analyze imports no torch (the seconds
-    are bench/bench_help.py's); test, predict, export and benchmark still import it for their
-    runtime and evaluator choices (core.inference)."""
-    code = ("import sys; from cornernet.cli import main\n"
-            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print('torch' in sys.modules, file=sys.stderr)")
-    for words in (["train"], ["convert"], ["plot"], ["analyze", "model"], ["submit"], ["check"],
-                  ["analyze", "results"]):
-        done = subprocess.run([sys.executable, "-c", code, *words, "--help"], cwd=ROOT,
-                              capture_output=True, text=True, check=True)
-        assert done.stderr.split()[-1] == "False", words
-        assert f"usage: cornernet {' '.join(words)}" in done.stdout
+# Every subcommand's words, and options its --help names (the runtime's, the evaluator's and the
+# export's among them: what used to import torch to be listed).
+HELP = {("train",): ["--iter", "--workers", "--set"],
+        ("test",): ["--testiter", "--backend", "--runtime", "--precision", "--threads"],
+        ("predict",): ["--images", "--thresh", "--runtime", "--onnx", "--precision"],
+        ("export",): ["--opset", "--max-map", "--openvino"],
+        ("analyze", "results"): ["--testiter"], ("analyze", "model"): ["--test-size"],
+        ("check",): ["--config-dir"], ("convert",): ["yolo2coco", "coco2yolo"],
+        ("benchmark",): ["--rows", "--keep-float", "--calib-images"],
+        ("submit",): ["--nodes"], ("plot",): ["--out"]}
+# The checkout's script of each (core/utils/hints.py), by the words of its command.
+SCRIPTS = {tuple(words.split()): script for script, words in hints.COMMANDS.items()}
+
+
+def help_of(*command: str) -> tuple[str, set[str]]:
+    """What `python <command> --help` prints in a fresh interpreter, and which of torch and cv2
+    it imported (read from -X importtime, which names every module a process imports)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", *command, "--help"], cwd=ROOT,
+                          capture_output=True, text=True, check=True, timeout=120)
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines()}
+    return done.stdout, imported & {"torch", "cv2"}
+
+
+def test_the_help_table_holds_every_subcommand_and_its_script():
+    assert {words[0] for words in HELP} == set(COMMANDS)
+    assert set(SCRIPTS) == set(HELP)
+
+
+@pytest.mark.slow  # a fresh interpreter: about 0.3 s
+@pytest.mark.parametrize("words", list(HELP), ids=" ".join)
+def test_help_imports_neither_torch_nor_cv2(words):
+    out, heavy = help_of("-m", "cornernet", *words)
+    assert not heavy, words
+    assert out.startswith(f"usage: cornernet {' '.join(words)}")
+    assert all(option in out for option in HELP[words]), out
+
+
+@pytest.mark.slow  # a fresh interpreter: about 0.3 s
+@pytest.mark.parametrize("words", list(HELP), ids=" ".join)
+def test_a_script_s_help_imports_neither_torch_nor_cv2(words):
+    script = SCRIPTS[words]
+    out, heavy = help_of(script)
+    assert not heavy, script
+    assert out.startswith(f"usage: {script}")
+    assert all(option in out for option in HELP[words]), out
 
 
 def test_python_m_runs_a_command_module():

@@ -10,7 +10,7 @@ import cv2
 import pytest
 from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
-from cornernet.commands.predict import output_files
+from cornernet.outputs import output_files
 
 
 @pytest.fixture

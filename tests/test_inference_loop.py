@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from core.config import SystemConfig, check_db_config
-from core.inference import DetectionRun, cornernet_saccade_inference, detect
+from core.inference.cornernet_saccade import cornernet_saccade_inference
+from core.inference.loop import DetectionRun, detect
 from core.utils.images import ImageReadError
 
 

@@ -159,7 +159,7 @@ def test_a_kill_9_during_the_write_keeps_the_previous_export_and_the_next_remove
     assert temps[0].exists()  # a dead writer's: the next export removes it
 
     tool = load_tool("export")
-    monkeypatch.setattr(tool, "export_onnx", lambda *args: (graph, ["detections"]))
+    monkeypatch.setattr("core.deploy.export.export_onnx", lambda *args: (graph, ["detections"]))
     assert tool.run(tool.parse_args(args)) == out
     assert [path.name for path in out.parent.iterdir()] == [out.name]
     assert out.read_bytes() == graph

@@ -1,9 +1,12 @@
 """The registry of runtimes (core/deploy/runtimes.py): a runtime defined outside the project
 (here, in this test) is one `register` call, and test.py, the API and the benchmark run it by
-name with no edit elsewhere; the registry alone decides which runtime opens a name or a file."""
+name with no edit elsewhere; the registry alone decides which runtime opens a name or a file;
+what core/deploy/builtin.py declares of the built-in runtimes, without importing them, is what
+their modules implement."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -14,12 +17,18 @@ import torch
 from _tiny_coco import inproc, make_tiny_coco
 from _tools import load_tool
 
+from core.config import load_config
+from core.dbs.detection import DETECTION
+from core.deploy import network, onnx_runtime, openvino_runtime
+from core.deploy.builtin import Later
 from core.deploy.network import InferenceNetwork
-from core.deploy.runtimes import RUNTIMES, Runtime, register, runtime, runtime_of
+from core.deploy.runtimes import RUNTIMES, Runtime, open_network, register, runtime, runtime_of
 from core.errors import UsageError
 from cornernet import Detector
 
 IMAGES = 6
+# The built-in runtimes and the modules that implement them.
+BUILT_IN = {"torch": network, "onnxruntime": onnx_runtime, "openvino": openvino_runtime}
 
 
 class WrappedTorch:
@@ -160,6 +169,41 @@ def test_one_place_decides_which_runtime_opens_a_name_or_a_file():
         runtime("onnxruntim")
     with pytest.raises(UsageError, match=r"model\.pkl: no runtime opens a \.pkl file alone"):
         runtime_of(Path("model.pkl"))
+
+
+def test_a_built_in_runtime_s_functions_are_its_module_s_with_the_contract_s_parameters():
+    """A function renamed or given other parameters in its module, or an error class it no
+    longer raises, fails here, not at a user's first file."""
+    for name, module in BUILT_IN.items():
+        entry = runtime(name)
+        parts = {"open_file": (entry.open_file, 6), "read_metadata": (entry.read_metadata, 1),
+                 "int8": (entry.int8.quantize if entry.int8 else None, 6)}  # Opener, Quantizer
+        for part, (later, count) in parts.items():
+            if later is None:  # torch reads no exported file
+                continue
+            assert isinstance(later, Later), (name, part)  # imported when first called
+            function = later.load()
+            assert function.__module__ == module.__name__, (name, part)
+            assert len(inspect.signature(function).parameters) == count, (name, part)
+        assert entry.unavailable and all(getattr(module, kind.__name__) is kind
+                                         for kind in entry.unavailable), name
+
+
+def test_the_torch_runtime_runs_each_precision_it_declares(tiny):
+    system_config, db_config = load_config("CocoTiny", tiny / "configs")
+    ran = {}
+    for precision in runtime("torch").precisions:
+        nnet, _ = open_network("torch", system_config, DETECTION(db_config), 0, "cpu",
+                               precision=precision)
+        ran[precision] = nnet.precision
+    assert ran == {"config": None, "fp32": None, "bf16": "bf16", "compile": "compile"}
+
+
+def test_openvino_s_cpu_settings_take_the_precisions_it_declares():
+    for precision in runtime("openvino").precisions:
+        assert openvino_runtime.cpu_properties(precision, 2)["INFERENCE_NUM_THREADS"] == 2
+    with pytest.raises(UsageError, match="--precision fp32: choose one of f32, default"):
+        openvino_runtime.cpu_properties("fp32", 2)
 
 
 def _read(path: Path) -> np.ndarray:

@@ -22,8 +22,8 @@ from _tiny_coco import ROOT, inproc, make_tiny_coco, script, script_env
 
 from core.config import load_config
 from core.errors import UsageError
-from core.inference import results_folder
 from core.inference.coco_eval import METRIC_NAMES
+from core.inference.folders import results_folder
 from core.inference.journal import Journal
 
 

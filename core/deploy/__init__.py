@@ -1,16 +1,13 @@
 """Deployment: the network a snapshot or an exported file runs as, in each runtime.
 
-`runtimes` is the registry: one `Runtime` per name (torch, onnxruntime, openvino), each
-registered by the module that implements it, and the one place that decides which runtime opens a
-name or a file. `export` writes the ONNX graph with decoding inside, `quantize` its INT8 copies,
-`machine` says what a benchmark ran on. The built-in runtimes are imported here, so that asking
-the registry finds them; a runtime of another package registers itself the same way when that
-package is imported.
+`runtimes` is the registry: one `Runtime` per name (torch, onnxruntime, openvino), and the one
+place that decides which runtime opens a name or a file. `builtin` registers this project's
+three, importing each one's module (and torch, onnxruntime or OpenVINO with it) only when a
+network is opened, a file read or an INT8 copy made in it; it is imported here, so that asking
+the registry finds them, and importing this package, the registry or `add_runtime_args` costs no
+torch. A runtime of another package registers itself when that package is imported. `export`
+writes the ONNX graph with decoding inside, `quantize` its INT8 copies, `machine` says what a
+benchmark ran on; `defaults` holds what their options default to, for the parsers.
 """
 
-# A snapshot's or an exported file's config record is checked as a config file is, against the
-# db keys the datasets declare when they are registered.
-from .. import dbs  # noqa: F401
-from . import network, onnx_runtime, openvino_runtime, runtimes
-
-__all__ = ["network", "onnx_runtime", "openvino_runtime", "runtimes"]
+from . import builtin  # noqa: F401 - registers the built-in runtimes

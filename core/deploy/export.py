@@ -39,10 +39,10 @@ from core.models.py_utils.corner_pool import (
 )
 from core.models.py_utils.decode import decode, dense_peak_topk
 
+from .defaults import DEFAULT_MAX_MAP
+
 INPUT_NAME = "image"
 DETECTIONS = "detections"
-# Exported graphs are exact for output maps up to this side (input about 4x larger).
-DEFAULT_MAX_MAP = 512
 # The ONNX metadata keys written by `metadata` (values are JSON text).
 META_KEYS = ("config", "model", "categories", "decode", "size_rule", "outputs", "iteration",
              "weights", "digest", "max_side", "settings", "classes")

@@ -9,7 +9,7 @@ training keeps float32 weights). The averaged weights are loaded into the model 
 on `model` (the decode timer of `detect`) see the weights that run.
 
 It answers `core.inference.protocol.Network`, as every runtime's network does; it is the
-runtime "torch" of the registry (core/deploy/runtimes.py).
+runtime "torch" of the registry (core/deploy/runtimes.py), registered in core/deploy/builtin.py.
 """
 
 from __future__ import annotations
@@ -20,9 +20,11 @@ from typing import Any
 import torch
 from torch import nn
 
+# A snapshot's config record is checked as a config file is, against the db keys the datasets
+# declare when they are registered.
+from .. import dbs  # noqa: F401
 from ..config import ConfigError, SystemConfig, check_db_config
 from ..config.system import SYSTEM_KEYS
-from ..errors import UserMistake
 from ..models import build_model, load_original_state_dict, strip_module_prefix
 from ..nnet.checkpoint import (
     SNAPSHOT_FORMAT,
@@ -32,7 +34,7 @@ from ..nnet.checkpoint import (
     recorded_classes,
 )
 from ..utils.device import resolve_device
-from .runtimes import Runtime, register
+from .unavailable import CompileUnavailable
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -171,11 +173,6 @@ class InferenceNetwork:
                 from None
 
 
-class CompileUnavailable(UserMistake, RuntimeError):
-    """torch.compile cannot run on this machine (a missing compiler, not a wrong model): like a
-    missing package, something to install or a row to leave out, said in one line."""
-
-
 def _first_line(err: BaseException) -> str:
     """The first line of `err`; for a backend's failure, its cause's class and first line."""
     inner = getattr(err, "inner_exception", None)
@@ -196,8 +193,3 @@ def open_snapshot(path: Path, system_config: SystemConfig, db_config: dict, devi
     network.set_autocast(precision if precision in AMP_DTYPES else None)
     return network.compile() if precision == "compile" else network
 
-
-register(Runtime(
-    "torch", "the snapshot itself, in torch", ("config", "fp32", "bf16", "compile"),
-    open_snapshot, exported=False, unavailable=(CompileUnavailable,), exact=("fp32", "compile"),
-    rows={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "compile")}))

@@ -1,5 +1,6 @@
 """An exported .onnx file in onnxruntime: the runtime "onnxruntime" of the registry
-(core/deploy/runtimes.py); OpenVINO (core/deploy/openvino_runtime.py) shares its checks.
+(core/deploy/runtimes.py, registered in core/deploy/builtin.py); OpenVINO
+(core/deploy/openvino_runtime.py) shares its checks.
 
 Its network answers `test(images, **decode_kwargs)` as torch's does, so one `detect()` loop, one
 inference per sampling function and one scorer serve every runtime: only the network and the
@@ -31,11 +32,7 @@ from core.nnet.checkpoint import recorded_classes
 from ..errors import UsageError
 from ..utils import hints
 from .quantize import calibration_record, head_output_convs, quiet
-from .runtimes import Int8, Runtime, register
-
-
-class MissingOnnxRuntime(UsageError):
-    """onnxruntime is not installed."""
+from .unavailable import MissingOnnxRuntime
 
 
 def _ort() -> Any:
@@ -199,9 +196,3 @@ def quantize_onnxruntime(path: Path, out: Path, inputs: list[np.ndarray], split:
     onnx.save(quantized, str(out))
     return record
 
-
-register(Runtime(
-    "onnxruntime", "the file tools/export.py wrote, in onnxruntime", ("fp32",), open_onnx,
-    suffixes=(".onnx",), read_metadata=file_metadata, unavailable=(MissingOnnxRuntime,),
-    exact=("fp32",),
-    rows={"cpu": ("fp32", "int8")}, int8=Int8(".int8.onnx", quantize_onnxruntime)))

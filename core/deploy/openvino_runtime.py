@@ -1,5 +1,5 @@
 """The exported detector in OpenVINO's CPU plugin: the runtime "openvino" of the registry
-(core/deploy/runtimes.py), `--runtime openvino`.
+(core/deploy/runtimes.py, registered in core/deploy/builtin.py), `--runtime openvino`.
 
 OpenVINO reads the .onnx file tools/export.py writes unchanged (its ONNX reader keeps the
 file's metadata under the model's "framework" runtime info), or an OpenVINO IR (.xml beside its
@@ -31,20 +31,14 @@ from ..errors import UsageError
 from ..utils import hints
 from .onnx_runtime import OnnxNetwork, check_config
 from .quantize import calibration_record, head_output_convs, quiet
-from .runtimes import Int8, Runtime, register
+from .runtimes import runtime
+from .unavailable import MissingOpenVino
 
 # Where OpenVINO's ONNX reader puts an ONNX file's metadata_props (and where IR files written
 # by this project keep them): the model's runtime info under this key.
 RT_SECTION = "framework"
-# f32 (equal to torch within the parity tolerance) or what the CPU plugin picks by default for
-# speed (bf16 on CPUs with bf16 units, else f32).
-PRECISIONS = ("f32", "default")
 # The operations an INT8 copy quantizes (with the inputs, outputs and constants they need).
 CONVOLUTIONS = {"Convolution", "GroupConvolution", "Parameter", "Result", "Constant"}
-
-
-class MissingOpenVino(UsageError):
-    """openvino is not installed."""
 
 
 def openvino() -> Any:
@@ -96,8 +90,9 @@ def write_openvino_ir(path: Path) -> Path:
 def cpu_properties(precision: str, threads: int) -> dict[str, Any]:
     """The CPU plugin's settings: latency (one stream) on `threads` threads, and float32
     inference for `precision` "f32" (the plugin's own choice for "default")."""
-    if precision not in PRECISIONS:
-        raise UsageError(f"--precision {precision}: choose one of {', '.join(PRECISIONS)}")
+    precisions = runtime("openvino").precisions  # declared in core/deploy/builtin.py
+    if precision not in precisions:
+        raise UsageError(f"--precision {precision}: choose one of {', '.join(precisions)}")
     props: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "NUM_STREAMS": 1,
                              "INFERENCE_NUM_THREADS": threads}
     if precision == "f32":
@@ -174,9 +169,3 @@ def quantize_openvino(path: Path, out: Path, inputs: list[np.ndarray], split: st
     ov.save_model(quantized, str(out), compress_to_fp16=False)
     return record
 
-
-register(Runtime(
-    "openvino", "the file tools/export.py wrote (or its IR), in OpenVINO's CPU plugin",
-    PRECISIONS, open_openvino, suffixes=(".xml",), read_metadata=file_metadata,
-    unavailable=(MissingOpenVino,), exact=("f32",), rows={"cpu": ("f32", "default", "int8")},
-    int8=Int8(".int8.xml", quantize_openvino)))

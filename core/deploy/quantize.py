@@ -1,7 +1,7 @@
 """INT8 copies of an exported detector: post-training static quantization, calibrated on images.
 
 Each runtime that has one declares its quantizer and its file's suffix in the registry
-(`Runtime.int8`), beside the runtime itself; the float file is unchanged:
+(`Runtime.int8`, core/deploy/builtin.py), beside the runtime itself; the float file is unchanged:
 
 - onnxruntime (core/deploy/onnx_runtime.py): `onnxruntime.quantization.quantize_static` in QDQ
   format (uint8 activations, int8 weights per output channel, min-max calibration), written as
@@ -39,8 +39,6 @@ from core.inference.cornernet import network_input, resize_and_pad
 from ..errors import UsageError
 from .runtimes import runtime
 
-DEFAULT_IMAGES = 300
-KEEP_FLOAT = ("heads", "none")
 HEADS = ("heats", "tags", "offs")
 
 

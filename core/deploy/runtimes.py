@@ -1,12 +1,15 @@
 """The runtimes a snapshot runs in, by name: the registry, and the one place that decides which
 runtime opens a name or a file.
 
-Each runtime is a `Runtime` registered by the module that implements it: torch (the snapshot
-itself) in core/deploy/network.py, onnxruntime in onnx_runtime.py, OpenVINO in
-openvino_runtime.py (core/deploy/__init__.py imports them). A runtime of another package is one
-module that calls `register` when it is imported. test.py, demo.py, `cornernet.Detector` and
-tools/benchmark.py ask `runtime(name)`, `runtime_of(file)` and `open_network`; none of them
-compares a runtime's name.
+Each runtime is a `Runtime`: what the command line and the error messages say of it (name,
+precisions, suffixes, benchmark rows) and the functions that open, read and quantize its files.
+This project's three (torch, onnxruntime, OpenVINO) are registered by core/deploy/builtin.py
+(core/deploy/__init__.py imports it) with functions that import their modules, and torch,
+onnxruntime or OpenVINO with them, only when first called. This module imports no torch either,
+so a parser that lists the runtimes (`add_runtime_args`) prints its --help at once. A runtime of
+another package is one module that calls `register` when it is imported. test.py, demo.py,
+`cornernet.Detector` and tools/benchmark.py ask `runtime(name)`, `runtime_of(file)` and
+`open_network`; none of them compares a runtime's name.
 """
 
 from __future__ import annotations
@@ -19,11 +22,8 @@ from typing import Any
 
 from ..config.rules import check_decode_settings
 from ..errors import UsageError, closest
-from ..nnet.checkpoint import require_snapshot
 from ..utils import hints
-from ..utils.device import resolve_device
 from ..utils.threads import use_threads
-from .identity import check_identity, onnx_file
 
 # `open_file(path, system_config, db_config, device, precision, raw_weights)`: the network of
 # `path` (a snapshot for torch, an exported file for the others) on `device`, at `precision`.
@@ -88,6 +88,9 @@ class Runtime:
     def file_of(self, system_config: Any, testiter: int | str, file: Path | None = None) -> Path:
         """The file this runtime opens for snapshot `testiter` (`file` where one is named),
         or a one-line error saying how to make it when it does not exist."""
+        from ..nnet.checkpoint import require_snapshot  # torch: here, not with the registry
+        from .identity import onnx_file
+
         if not self.exported:
             return require_snapshot(system_config, testiter,
                                     "train first or pick another snapshot (--testiter)")
@@ -177,6 +180,9 @@ def open_network(name: str | None, system_config: Any, db: Any, testiter: int | 
     Every runtime computes on `threads` CPU threads (`core.utils.threads.choose_threads`). The
     class names the file records become `db`'s (same category ids), for tables and pictures.
     """
+    from ..utils.device import resolve_device  # torch: here, not with the registry
+    from .identity import check_identity
+
     entry = runtime(name)
     precision = entry.precision(precision)
     check_decode_settings(db.configs)

@@ -24,7 +24,9 @@ import torch.distributed as dist
 from ..config.rules import check_decode_settings
 from ..dbs import DatasetError
 from ..deploy.network import InferenceNetwork
-from ..inference import DetectionRun, detect, results_folder, score
+from ..inference.coco_eval import score
+from ..inference.folders import results_folder
+from ..inference.loop import DetectionRun, detect
 from ..nnet.checkpoint import SNAPSHOT_FORMAT
 from .schedule import due
 

@@ -107,7 +107,6 @@ def missing_results(path: Path, args: argparse.Namespace, system_config: SystemC
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     # core.inference (torch) and the datasets are imported here, not for --help.
     from core.dbs import datasets
-    from core.inference import results_folder
     from core.inference.error_analysis import (
         breakdown,
         confusion_matrix,
@@ -116,6 +115,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
         read_run,
         shuffled_truth,
     )
+    from core.inference.folders import results_folder
     from core.nnet.checkpoint import default_snapshot
 
     try:

@@ -45,25 +45,19 @@ import traceback
 from collections.abc import Callable
 from contextlib import redirect_stdout
 from pathlib import Path
-from typing import Any
-
-import cv2
-import torch
+from typing import TYPE_CHECKING, Any
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
-from core.dbs import datasets
-from core.deploy.export import META_KEYS, compare_outputs
-from core.deploy.identity import check_identity, onnx_file
-from core.deploy.machine import cpu_line, device_line
-from core.deploy.quantize import DEFAULT_IMAGES, KEEP_FLOAT, calibration_inputs, int8_file
+from core.deploy.defaults import DEFAULT_IMAGES, KEEP_FLOAT
 from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
 from core.engine.cli import describe, exit_status, keeps_process
 from core.inference.coco_eval import score
-from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.inference.loop import detect
-from core.nnet.checkpoint import default_snapshot
-from core.utils.device import resolve_device
 from core.utils.threads import usable_cpus
+
+# torch, cv2, the datasets and the deploy modules are imported by the functions that use them,
+# so that --help imports none of them (cornernet/commands/__init__.py).
+if TYPE_CHECKING:
+    import torch
 
 # The reference row: the default runtime in float32 (every other row is checked against it).
 REFERENCE = (DEFAULT, "fp32")
@@ -140,6 +134,9 @@ def holds_snapshot(onnx: Path, system_config: Any, testiter: Any) -> bool:
     """Whether `onnx` is an export of snapshot `testiter`'s current weights (its recorded
     identity, as the runtimes check it): a file missing, unreadable, from before the identity,
     of another iteration or of weights trained since is exported again, not failed on."""
+    from core.deploy.export import META_KEYS
+    from core.deploy.identity import check_identity
+
     if not onnx.is_file():
         return False
     try:
@@ -159,6 +156,8 @@ def prepare_files(args: argparse.Namespace, system_config: Any, testiter: Any,
                   rows: list[str]) -> dict[str, Path | str]:
     """{row: file} of every exported row, or {row: why not} ("not available: ..." or
     "failed: ...") where its file could not be made."""
+    from core.deploy.identity import onnx_file
+
     files: dict[str, Path | str] = {}
     onnx = onnx_file(system_config, testiter)
     exported = [row for row in rows if runtime(row.split(":")[0]).exported]
@@ -182,6 +181,9 @@ def make_int8(args: argparse.Namespace, system_config: Any, onnx: Path,
               name: str) -> Path | str:
     """The INT8 file of runtime `name` beside `onnx`, quantized now unless it is newer than
     `onnx`; why not ("not available: ..." or "failed: ...") when it cannot be made."""
+    from core.dbs import datasets
+    from core.deploy.quantize import calibration_inputs, int8_file
+
     try:
         out = int8_file(onnx, name)
         if out.is_file() and out.stat().st_mtime >= onnx.stat().st_mtime:
@@ -235,6 +237,12 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
             files: dict[str, Path | str], image: torch.Tensor,
             reference: list) -> dict[str, Any]:
     """One row of the table; its failures are its `check`. `image`: one input (1, 3, H, W)."""
+    import torch
+
+    from core.deploy.export import compare_outputs
+    from core.inference.cornernet import decode_kwargs
+    from core.inference.loop import detect
+
     name, precision = row.split(":")
     result: dict[str, Any] = {"runtime": name, "precision": precision, "AP": None,
                               "AP50": None, "ms": {}, "size_mb": None, "check": None}
@@ -296,6 +304,8 @@ def ms_per_image(nnet: Any, image: torch.Tensor, batch: int, settings: dict,
                  reps: int) -> float:
     """Median ms per image of `nnet.test` on `batch` copies of `image` (1, 3, H, W), in its
     memory layout, on its device."""
+    import torch
+
     layout = (torch.channels_last if image.is_contiguous(memory_format=torch.channels_last)
               else torch.contiguous_format)
     images = image.expand(batch, -1, -1, -1).contiguous(memory_format=layout).to(nnet.device)
@@ -306,6 +316,8 @@ def ms_per_image(nnet: Any, image: torch.Tensor, batch: int, settings: dict,
 def median_seconds(run: Any, reps: int, device: torch.device) -> float:
     """Median seconds of `run()` over `reps` runs after one warm-up (which compiles a
     torch.compile row for this shape); on a GPU, from an idle device to the last kernel's end."""
+    import torch
+
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     run()  # warm-up
     times = []
@@ -334,6 +346,15 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """The benchmark; returns its rows (runtime, precision, AP, AP50, ms, size_mb, check)."""
+    import cv2
+    import torch
+
+    from core.dbs import datasets
+    from core.deploy.machine import cpu_line, device_line
+    from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+    from core.nnet.checkpoint import default_snapshot
+    from core.utils.device import resolve_device
+
     print(cpu_line())
     try:
         args.device = resolve_device(args.device)

@@ -20,13 +20,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from core.dbs.convert import coco_to_yolo, to_coco
-from core.dbs.converted import Problems
-from core.dbs.detection import DatasetError
-from core.dbs.voc import read_split as read_voc
-from core.dbs.yolo import read_split as read_yolo
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
+
+# The readers and writers (core.dbs, and cv2 with it) are imported by `run`, so that --help
+# imports neither (cornernet/commands/__init__.py).
 
 PROG = "cornernet convert"
 
@@ -68,6 +66,12 @@ def check_out(args: argparse.Namespace) -> None:
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     """Convert as the options say; returns what was written (the json, or the YOLO folder)."""
+    from core.dbs.convert import coco_to_yolo, to_coco
+    from core.dbs.converted import Problems
+    from core.dbs.detection import DatasetError
+    from core.dbs.voc import read_split as read_voc
+    from core.dbs.yolo import read_split as read_yolo
+
     check_out(args)
     problems = Problems(strict=False)
     try:

@@ -22,38 +22,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import cv2
 import numpy as np
-import torch
 
 from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_or_file_arg
-from core.dbs import DatasetError, datasets
-from core.deploy.export import (
-    DEFAULT_MAX_MAP,
-    DeployGraph,
-    compare_outputs,
-    describe_sizes,
-    export_onnx,
-    metadata,
-    output_names,
-    size_rule,
-    weights_digest,
-)
-from core.deploy.identity import onnx_file
-from core.deploy.network import InferenceNetwork
-from core.deploy.onnx_runtime import OnnxNetwork
-from core.deploy.openvino_runtime import openvino, write_openvino_ir
+from core.deploy.defaults import DEFAULT_MAX_MAP
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
-from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
-from core.nnet.checkpoint import (
-    class_record,
-    default_snapshot,
-    plain,
-    read_snapshot,
-    require_snapshot,
-    snapshot_label,
-)
 from core.utils import hints
 from core.utils.files import (
     check_free_disk,
@@ -62,7 +36,9 @@ from core.utils.files import (
     snapshot_bytes,
     write_file_atomic,
 )
-from core.utils.images import ImageReadError, read_image
+
+# torch, cv2 and the export itself are imported by the functions that use them, so that --help
+# imports none of them (cornernet/commands/__init__.py).
 
 DEFAULT_OPSET = 18
 # The opsets the exporter and onnxruntime can both hold for this graph (torch's exporter writes
@@ -116,6 +92,8 @@ def _require_extra() -> None:
 
 def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
     """The (H, W, 3) uint8 image of the check and its name."""
+    from core.utils.images import ImageReadError, read_image
+
     if args.image is not None:
         return read_image(args.image), str(args.image)
     try:
@@ -133,6 +111,34 @@ def check_image(args: argparse.Namespace, db: object) -> tuple[np.ndarray, str]:
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
+    import cv2
+    import torch
+
+    from core.dbs import DatasetError, datasets
+    from core.deploy.export import (
+        DeployGraph,
+        compare_outputs,
+        describe_sizes,
+        export_onnx,
+        metadata,
+        output_names,
+        size_rule,
+        weights_digest,
+    )
+    from core.deploy.identity import onnx_file
+    from core.deploy.network import InferenceNetwork
+    from core.deploy.onnx_runtime import OnnxNetwork
+    from core.deploy.openvino_runtime import openvino, write_openvino_ir
+    from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
+    from core.nnet.checkpoint import (
+        class_record,
+        default_snapshot,
+        plain,
+        read_snapshot,
+        require_snapshot,
+        snapshot_label,
+    )
+
     _require_extra()
     if args.openvino:
         openvino()  # one line now when it is missing, not after the minutes of export

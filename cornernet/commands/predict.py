@@ -23,8 +23,8 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import cv2
 from tqdm import tqdm
 
 from core.config import CONFIG_DIR, add_set_arg, snapshot_arg
@@ -34,11 +34,12 @@ from core.engine.cli import exit_status, keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
 from core.utils.files import StorageError, probe_writable
-from cornernet.detector import DEFAULT_THRESH, Detector
-from cornernet.detector import open_detector as open_detector_of
-from cornernet.outputs import Outputs, output_files, run_folder  # noqa: F401 - output_files: tests
-from cornernet.sources import expand as expand_sources
-from cornernet.sources import frames
+from cornernet.defaults import DEFAULT_THRESH
+
+# The detector (torch) and the readers and writers of pictures and videos (cv2) are imported
+# by the functions that use them, so that --help imports neither (cornernet/commands/__init__.py).
+if TYPE_CHECKING:
+    from cornernet.detector import Detector
 
 PROG = "cornernet predict"
 
@@ -78,6 +79,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
 
 def open_detector(args: argparse.Namespace) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
+    from cornernet.detector import open_detector as open_detector_of
+
     return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
                             args.precision, args.device, args.config_dir, args.overrides,
                             args.thresh, args.threads)
@@ -86,6 +89,12 @@ def open_detector(args: argparse.Namespace) -> Detector:
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Path]:
     """Detect and draw as the options say; returns the pictures and videos written."""
+    import cv2
+
+    from cornernet.outputs import Outputs, run_folder
+    from cornernet.sources import expand as expand_sources
+    from cornernet.sources import frames
+
     sources = expand_sources(args.images)
     args.out = run_folder(args.out, args.exist_ok)
     try:  # an unwritable --out is found now, not after the first image

@@ -15,9 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from core.config import (
     CONFIG_DIR,
@@ -30,19 +28,19 @@ from core.config import (
     snapshot_or_file_arg,
 )
 from core.config.rules import unit_interval
-from core.data.check import warn_split_overlap
-from core.dbs import datasets
 from core.deploy.runtimes import add_runtime_args, open_network, runtime
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
-from core.inference import detect, results_folder, score
-from core.inference.coco_eval import BACKENDS, require_backend
-from core.inference.journal import Done, Journal, snapshot_identity
-from core.inference.loop import ImageResult, cpu_governor
-from core.inference.pictures import Pictures
-from core.nnet.checkpoint import default_snapshot, snapshot_label
+from core.inference.coco_eval import BACKENDS, require_backend, score
+from core.inference.folders import results_folder
 from core.utils import lock
 from core.utils.threads import threads_line
+
+# torch, the datasets and the test loop are imported by the functions that use them, so that
+# --help imports none of them (cornernet/commands/__init__.py).
+if TYPE_CHECKING:
+    from core.inference.journal import Done, Journal
+    from core.inference.loop import ImageResult
 
 # --split: the config's roles, and COCO's test-dev as users download it.
 SPLITS = ("training", "validation", "testing", "testdev")
@@ -158,6 +156,10 @@ def check_writable(folder: Path) -> None:
 def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     """Evaluate as the options say; returns the COCO metrics written to metrics.json (None for
     a split without boxes or with --backend none)."""
+    from core.data.check import warn_split_overlap
+    from core.dbs import datasets
+    from core.nnet.checkpoint import default_snapshot, snapshot_label
+
     system_config, db_config = load_config(settings_name(args), args.config_dir,
                                            overrides=args.overrides)
     # A suffix config holds other test settings for the same network and snapshots.
@@ -191,6 +193,9 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
 def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
              testiter: int | str, split: str, log: Log = print) -> dict | None:
     """Detect on the split's images (continuing a journal), then score and write results."""
+    from core.inference.loop import cpu_governor, detect
+    from core.inference.pictures import Pictures
+
     if db.has_annotations and args.backend != "none":
         require_backend(args.backend)
     batch_size = args.batch or system_config.test_batch_size
@@ -232,6 +237,10 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
              testiter: int | str, split: str, out_dir: Path, image_ids: list[int],
              batch_size: int, log: Log = print) -> tuple[Any, Journal, Done]:
     """The network, and the journal of these settings with what it already holds."""
+    import torch
+
+    from core.inference.journal import Journal, snapshot_identity
+
     nnet, model_file = open_network(args.runtime, system_config, db, testiter, args.device,
                                     args.onnx, raw_weights=args.raw_weights,
                                     precision=args.precision, threads=args.threads)
