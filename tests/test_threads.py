@@ -145,14 +145,16 @@ class _Counters:
 
 def test_the_governor_computes_on_the_cpus_others_leave_free():
     counters, asked = _Counters(4), []
-    governor = ThreadGovernor(4, interval=0.95, sample=lambda: counters.sample,
+    governor = ThreadGovernor(4, interval=0.95, first=0.25, sample=lambda: counters.sample,
                               clock=lambda: counters.now, set_threads=asked.append)
     assert governor.tick() == 4 and asked == []
-    counters.advance(0.5, others=3.0, own=1.0)
-    assert governor.tick() == 4 and asked == []  # not before a whole interval (0.95 s)
-    counters.advance(0.6, others=3.0, own=1.0)
+    counters.advance(0.2, others=3.0, own=1.0)
+    assert governor.tick() == 4 and asked == []  # the first count after 0.25 s
+    counters.advance(0.1, others=3.0, own=1.0)
     assert governor.tick() == 1 and asked == [1]  # 3 of 4 busy: one left
-    counters.advance(1.0, others=1.6, own=1.0)
+    counters.advance(0.5, others=1.6, own=1.0)
+    assert governor.tick() == 1 and asked == [1]  # then every interval (0.95 s)
+    counters.advance(0.5, others=1.6, own=1.0)
     assert governor.tick() == 2 and asked == [1, 2]  # 2.4 free rounds to 2
     counters.advance(1.0, others=0.2, own=2.0)
     assert governor.tick() == 4 and asked == [1, 2, 4]
@@ -160,7 +162,7 @@ def test_the_governor_computes_on_the_cpus_others_leave_free():
     assert governor.tick() == 1  # never fewer than one
     summary = governor.summary()
     assert summary.startswith("threads: 4 at the start, then 1 at batch 3 (others busy on 3.0 "
-                              "CPUs), 2 at batch 4 (others busy on 1.6 CPUs)"), summary
+                              "CPUs), 2 at batch 5 (others busy on 1.6 CPUs)"), summary
 
 
 def test_the_governor_keeps_a_count_that_is_not_its_own(monkeypatch):

@@ -163,19 +163,20 @@ class ThreadGovernor:
     Threads that wait passively avoid the worst beside other work, but a parallel region still
     waits for its slowest thread, and a thread that shares its core with a busy process is slow:
     on 2 cores beside 2 busy processes test.py took 55 ms per image on 2 threads and 49 on 1
-    (36 alone; bench/bench_threads.py). So every `interval` seconds `tick` measures how many of
-    the usable CPUs the other processes kept busy and computes on the rest, rounded, from 1 to
-    `most`. Only where the count is ours to choose: `governor()` gives one that keeps its count
+    (36 alone; bench/bench_threads.py). So `tick` measures how many of the usable CPUs the other
+    processes kept busy, `first` seconds after the start and then every `interval` seconds, and
+    computes on the rest, rounded, from 1 to `most`. Only where the count is ours to choose: `governor()` gives one that keeps its count
     (`adjust` False) when the user set --threads or OMP_NUM_THREADS, on one CPU, or where
     Linux's counters are missing.
     """
 
-    def __init__(self, most: int, interval: float = 1.0,
+    def __init__(self, most: int, interval: float = 1.0, first: float = 0.25,
                  sample: Callable[[], CpuSample | None] = sample_cpu,
                  clock: Callable[[], float] = time.monotonic,
                  set_threads: Callable[[int], None] | None = None,
                  adjust: bool = True) -> None:
         self.most, self.interval, self.adjust = max(1, most), interval, adjust
+        self._wait = min(first, interval)  # the first count soon: a run may be short
         self._sample, self._clock = sample, clock
         self._set = set_threads or _set_torch_threads
         self.threads = self.most
@@ -187,13 +188,13 @@ class ThreadGovernor:
         """Called before each batch: the thread count now (changed at most every `interval`)."""
         self._ticks += 1
         now = self._clock()
-        if self._last is None or now - self._at < self.interval:
+        if self._last is None or now - self._at < self._wait:
             return self.threads
         current = self._sample()
         if current is None:
             return self.threads
         others = others_busy(self._last, current, self.most)
-        self._last, self._at = current, now
+        self._last, self._at, self._wait = current, now, self.interval
         wanted = max(1, min(self.most, int(self.most - others + 0.5)))
         if wanted != self.threads:
             self._set(wanted)
