@@ -7,11 +7,10 @@ One CornerNet_Tiny snapshot (random weights, COCO's 80 classes) is evaluated by 
 coco128's images (all 128 by default, at its test scale 0.5) as a process of its own, so that
 each row starts its own OpenMP runtime with the settings the row names. Rows: 1 thread; the
 default (no setting); the default with `--busy` processes beside it, each spinning numpy on one
-core; 1 thread beside them; and every usable CPU as a fixed count beside them (the default before
-test.py's thread governor, core/utils/threads.py). Each row prints ms per image (test.py's own
-count of its detection loop), the threads test.py started with and how its governor changed
-them, the CPUs this process may use and the load average when the row ended: the machine may
-be shared, so an idle row is only as idle as the load says.
+core; and 1 thread beside them. Each row prints ms per image (test.py's own count of its
+detection loop), the threads test.py chose and how many images it computed at once, the CPUs
+this process may use and the load average when the row ended: the machine may be shared, so
+an idle row is only as idle as the load says.
 `--before` adds the default and busy rows with OpenMP's own wait policy (test.py's before).
 """
 
@@ -80,9 +79,10 @@ def test_py(configs: Path, images: int, env: dict[str, str]) -> tuple[float, str
     if done.returncode != 0:
         raise SystemExit(f"test.py failed ({done.returncode}): {done.stderr.strip()[-600:]}")
     found = re.search(r"([\d.]+) ms per image", done.stdout)
-    # the thread line at the start, and the governor's line at the end (how the count changed)
+    # the thread line at the start, and how many images at once
     threads = " | ".join(line.split("; ")[-1] if line.startswith("loading") else line
-                         for line in done.stdout.splitlines() if "threads:" in line)
+                         for line in done.stdout.splitlines()
+                         if "threads:" in line or "at once" in line)
     if found is None:
         raise SystemExit(f"no 'ms per image' in test.py's output:\n{done.stdout[-600:]}")
     return float(found.group(1)), threads.strip()
@@ -104,8 +104,6 @@ def main() -> None:
             ("default", {}, 0),
             (f"default, {args.busy} busy processes beside", {}, args.busy),
             (f"1 thread, {args.busy} busy processes beside", {"OMP_NUM_THREADS": "1"},
-             args.busy),
-            (f"{cpus} threads fixed, {args.busy} busy beside", {"OMP_NUM_THREADS": str(cpus)},
              args.busy)]
     if args.before:
         rows += [("before: OpenMP's own wait", BEFORE, 0),

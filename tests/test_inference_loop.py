@@ -1,15 +1,19 @@
 """detect(): the test loop the trainer and test.py share, with a fake network and dataset."""
 
 import pickle
+import threading
+import time
 
 import numpy as np
 import pytest
 import torch
 
 from core.config import SystemConfig, check_db_config
+from core.deploy.network import InferenceNetwork
 from core.inference.cornernet_saccade import cornernet_saccade_inference
-from core.inference.loop import DetectionRun, detect
+from core.inference.loop import DetectionRun, cpu_workers, detect
 from core.utils.images import ImageReadError
+from core.utils.threads import usable_cpus
 
 
 class FakeDB:
@@ -157,3 +161,95 @@ def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
     with _decode_clock(nnet, StageTimer()):
         model(torch.ones(1))
     assert waited == [torch.device("cuda", 1)]
+
+
+class SlowNet(FakeNet):
+    """FakeNet whose early images take longest, so that threads finish out of order; records
+    the torch thread count each call saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.threads = []
+
+    def test(self, images, **kwargs):
+        self.threads.append(torch.get_num_threads())
+        index = round(float(images[0, 0, 60, 60]) * 255)
+        time.sleep(0.002 * (7 - index))
+        return super().test(images, **kwargs)
+
+
+@pytest.fixture
+def two_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_images_in_threads_reach_the_caller_in_order_with_the_same_detections(two_threads):
+    db, seen = FakeDB(bad={4}), []
+    alone = detect(db, FakeNet(), system(), db.db_inds)
+    net = SlowNet()
+    run = detect(db, net, system(), db.db_inds, workers=3, batch_size=2, on_image=seen.append)
+    assert [r.image_id for r in seen] == run.image_ids == alone.image_ids
+    assert list(run.detections) == list(alone.detections) and list(run.unreadable) == [104]
+    for image_id, dets in alone.detections.items():
+        for cls in dets:
+            np.testing.assert_array_equal(dets[cls], run.detections[image_id][cls])
+    assert set(net.threads) == {1}  # each batch on one torch thread
+    assert torch.get_num_threads() == 2  # and the count is given back
+
+
+def test_an_error_in_an_image_thread_reaches_the_caller_and_the_threads_end(two_threads):
+    db = FakeDB(bad={5})
+    with pytest.raises(ImageReadError, match="/data/5.jpg"):
+        detect(db, SlowNet(), system(strict=True), db.db_inds, workers=3)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        detect(FakeDB(raise_on=3), SlowNet(), system(), db.db_inds, workers=2)
+    assert torch.get_num_threads() == 2
+    time.sleep(0.05)
+    assert not [t for t in threading.enumerate() if t.name.startswith("test-net")]
+
+
+class NoisyDB(FakeDB):
+    """FakeDB's sizes with noise for pixels, and decoding that keeps boxes of a random net."""
+
+    def __init__(self, count):
+        super().__init__(count)
+        self.configs.update(ae_threshold=100, top_k=10, num_dets=20)
+
+    def read_image(self, ind):
+        shape = super().read_image(ind).shape
+        return np.random.default_rng(ind).integers(0, 255, shape, dtype=np.uint8)
+
+
+def test_a_real_network_in_image_threads_gives_the_numbers_of_one_thread(two_threads):
+    db = NoisyDB(count=6)
+    torch.manual_seed(0)
+    net = InferenceNetwork(SystemConfig().update_config({"model": "CornerNet_Tiny"}),
+                           db.configs, "cpu")
+    with torch.no_grad():  # heatmaps favour class 1, so that boxes come out
+        for heads in (net.model.tl_heats, net.model.br_heats):
+            heads[-1][-1].bias[0] += 4
+    torch.set_num_threads(1)
+    alone = detect(db, net, system(), db.db_inds)
+    torch.set_num_threads(2)
+    run = detect(db, net, system(), db.db_inds, workers=2)
+    assert sum(len(d) for dets in alone.detections.values() for d in dets.values()) > 0
+    for image_id, dets in alone.detections.items():
+        for cls in dets:
+            np.testing.assert_array_equal(dets[cls], run.detections[image_id][cls])
+    assert {"network", "decode", "nms"} <= set(run.seconds)
+
+
+def test_images_in_threads_only_for_torch_computing_on_the_cpu(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    net = InferenceNetwork(SystemConfig().update_config({"model": "CornerNet_Tiny"}),
+                           FakeDB().configs, "cpu")
+    assert cpu_workers(net, 3) == 3
+    assert cpu_workers(net) == usable_cpus()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    assert cpu_workers(net) == 1
+    assert cpu_workers(FakeNet(), 3) == 1  # not a torch module: its runtime keeps its threads
+    monkeypatch.setattr(net, "device", torch.device("cuda"))
+    assert cpu_workers(net, 3) == 1

@@ -158,16 +158,17 @@ def others_busy(before: CpuSample, after: CpuSample, cpus: int) -> float:
 
 
 class ThreadGovernor:
-    """Torch's thread count while a detection loop runs: the CPUs other processes leave free.
+    """Torch's thread count while predict's frame loop runs: the CPUs other processes leave free.
 
     Threads that wait passively avoid the worst beside other work, but a parallel region still
     waits for its slowest thread, and a thread that shares its core with a busy process is slow:
     on 2 cores beside 2 busy processes test.py took 55 ms per image on 2 threads and 49 on 1
     (36 alone; bench/bench_threads.py). So `tick` measures how many of the usable CPUs the other
     processes kept busy, `first` seconds after the start and then every `interval` seconds, and
-    computes on the rest, rounded, from 1 to `most`. Only where the count is ours to choose: `governor()` gives one that keeps its count
-    (`adjust` False) when the user set --threads or OMP_NUM_THREADS, on one CPU, or where
-    Linux's counters are missing.
+    computes on the rest, rounded, from 1 to `most`. Only where the count is ours to choose:
+    `governor()` gives one that keeps its count (`adjust` False) when the user set --threads or
+    OMP_NUM_THREADS, on one CPU, or where Linux's counters are missing. (test.py computes
+    several images at once instead, each on one thread: `core.inference.loop.cpu_workers`.)
     """
 
     def __init__(self, most: int, interval: float = 1.0, first: float = 0.25,

@@ -193,7 +193,7 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
 def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
              testiter: int | str, split: str, log: Log = print) -> dict | None:
     """Detect on the split's images (continuing a journal), then score and write results."""
-    from core.inference.loop import cpu_governor, detect
+    from core.inference.loop import cpu_workers, detect
     from core.inference.pictures import Pictures
 
     if db.has_annotations and args.backend != "none":
@@ -211,13 +211,13 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
         journal.record(result)
         pictures.on_result(result)
 
-    governor = cpu_governor(nnet, args.threads)
+    workers = cpu_workers(nnet, args.threads)
+    if workers > 1:
+        log(f"{workers} images at once, each on one thread (--threads sets how many)")
     start = time.perf_counter()
     run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
-                 progress=True, batch_size=batch_size, on_image=record, governor=governor)
+                 progress=True, batch_size=batch_size, on_image=record, workers=workers)
     seconds = time.perf_counter() - start
-    if governor.summary():
-        log(governor.summary())
     pictures.from_journal(done, set(run.image_ids), log)
     journal.close()
     detections, unreadable = done.with_run(run)
