@@ -11,7 +11,7 @@ import torch
 from core.config import SystemConfig, check_db_config
 from core.deploy.network import InferenceNetwork
 from core.inference.cornernet_saccade import cornernet_saccade_inference
-from core.inference.loop import DetectionRun, cpu_workers, detect
+from core.inference.loop import MOST_AT_ONCE, DetectionRun, cpu_workers, detect
 from core.utils.images import ImageReadError
 from core.utils.threads import usable_cpus
 
@@ -198,6 +198,10 @@ def test_images_in_threads_reach_the_caller_in_order_with_the_same_detections(tw
             np.testing.assert_array_equal(dets[cls], run.detections[image_id][cls])
     assert set(net.threads) == {1}  # each batch on one torch thread
     assert torch.get_num_threads() == 2  # and the count is given back
+    torch.set_num_threads(4)
+    shared = SlowNet()
+    detect(db, shared, system(), db.db_inds, workers=2)
+    assert set(shared.threads) == {2}  # 4 threads for 2 at once: 2 each
 
 
 def test_an_error_in_an_image_thread_reaches_the_caller_and_the_threads_end(two_threads):
@@ -247,7 +251,8 @@ def test_images_in_threads_only_for_torch_computing_on_the_cpu(monkeypatch):
     net = InferenceNetwork(SystemConfig().update_config({"model": "CornerNet_Tiny"}),
                            FakeDB().configs, "cpu")
     assert cpu_workers(net, 3) == 3
-    assert cpu_workers(net) == usable_cpus()
+    assert cpu_workers(net, 64) == MOST_AT_ONCE  # many CPUs: several threads per image
+    assert cpu_workers(net) == min(usable_cpus(), MOST_AT_ONCE)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert cpu_workers(net) == 1
     assert cpu_workers(FakeNet(), 3) == 1  # not a torch module: its runtime keeps its threads

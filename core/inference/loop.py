@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 # Prepared images waiting in the reader's queue, per image of a batch (at least 4).
 READ_AHEAD_BATCHES = 2
+# Batches `detect` computes at once on the CPU, at most: each holds its own activations
+# (CornerNet at its test settings: 0.7 GB more per image at once), so on a machine of many
+# CPUs each batch computes on several threads instead.
+MOST_AT_ONCE = 4
 
 
 @dataclass
@@ -119,10 +123,9 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
         batch_size: consecutive images that go through the network together (when their
             inputs have the same size); 1 gives every image the same numbers in any run.
         on_image: called with each image's `ImageResult` as soon as it is done.
-        workers: batches computed at once, each in a thread of its own on one torch thread
-            (`cpu_workers`); results still reach `on_image` in the order of `inds`, and each
-            image's numbers are those of a run on one thread. 1: the batches one after the
-            other on torch's thread count.
+        workers: batches computed at once, each in a thread of its own on its share of
+            torch's threads (`cpu_workers`); results still reach `on_image` in the order of
+            `inds`. 1: the batches one after the other on torch's thread count.
 
     Returns:
         A `DetectionRun`. An unreadable image is an error with `system.strict_images`.
@@ -172,15 +175,17 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
 
 def _in_threads(batches: Iterator[list[tuple]], compute: Callable[[list[tuple]], list],
                 done: Callable[[list], None], workers: int) -> None:
-    """`compute` each batch in `workers` threads, each on one torch thread, and hand the
-    results to `done` in the batches' order (at most `workers` batches ahead of it).
+    """`compute` each batch in `workers` threads, each on its share of torch's threads (one
+    where the threads are no more than the workers), and hand the results to `done` in the
+    batches' order (at most `workers` batches ahead of it).
 
     Threads of their own rather than torch's threads inside each operation: a parallel region
     waits for its slowest thread, and beside busy processes that is the one the scheduler left
     out (test.py, CornerNet_Tiny on 2 cores beside 2 busy processes: 36 ms per image with 2
     image threads, 50-55 with 2 torch threads or 1; 17-19 against 33-35 on an idle machine)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    # A thread takes the count set last when it first computes (torch sets it per thread).
+    torch.set_num_threads(max(1, threads // workers))
     pending: deque[Future] = deque()
     pool = ThreadPoolExecutor(workers, thread_name_prefix="test-net")
     try:
@@ -199,14 +204,14 @@ def _in_threads(batches: Iterator[list[tuple]], compute: Callable[[list[tuple]],
 
 def cpu_workers(nnet: Network, asked: int | None = None) -> int:
     """Batches `detect` computes at once for `nnet`: the thread count (`asked`, --threads; else
-    OMP_NUM_THREADS; else the usable CPUs) when torch computes `nnet` eagerly on the CPU, each
-    batch on one thread; 1 otherwise (a GPU, a compiled graph, or a runtime that fixes its own
+    OMP_NUM_THREADS; else the usable CPUs), at most `MOST_AT_ONCE`, when torch computes `nnet`
+    eagerly on the CPU; 1 otherwise (a GPU, a compiled graph, or a runtime that fixes its own
     threads when it opens, as onnxruntime does)."""
     model = getattr(nnet, "model", None)
     if (nnet.device.type != "cpu" or not isinstance(model, torch.nn.Module)
             or getattr(nnet, "compiled", False)):
         return 1
-    return choose_threads(asked)
+    return min(choose_threads(asked), MOST_AT_ONCE)
 
 
 def cpu_governor(nnet: Network, asked: int | None = None) -> ThreadGovernor:

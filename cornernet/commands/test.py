@@ -193,6 +193,8 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
 def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out_dir: Path,
              testiter: int | str, split: str, log: Log = print) -> dict | None:
     """Detect on the split's images (continuing a journal), then score and write results."""
+    import torch
+
     from core.inference.loop import cpu_workers, detect
     from core.inference.pictures import Pictures
 
@@ -213,7 +215,9 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
 
     workers = cpu_workers(nnet, args.threads)
     if workers > 1:
-        log(f"{workers} images at once, each on one thread (--threads sets how many)")
+        each = max(1, torch.get_num_threads() // workers)
+        log(f"{workers} images at once, each on {each} thread{'s' if each > 1 else ''} "
+            "(--threads sets how many)")
     start = time.perf_counter()
     run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
                  progress=True, batch_size=batch_size, on_image=record, workers=workers)
