@@ -9,9 +9,12 @@ of one thread when it is not, so the commands set it before torch starts its Ope
 (`before_torch`, the first call of every entry point), and take as many threads as the CPUs
 the process may use (its affinity, not the machine's count: a container or `taskset` gives
 fewer). A process that is not ours (the Python API) keeps its own wait policy; its thread count
-is still chosen here.
+is still chosen here. Beside busy processes a parallel region still waits for the thread the
+scheduler left out: predict's frames follow the CPUs others leave free (`ThreadGovernor`),
+test.py computes several images at once, one thread each (core/inference/loop.py), and
+training's workers and threads stay within the CPUs (`training_share`).
 
-This module imports torch only inside `use_threads`, so that `before_torch` runs before it.
+This module imports torch only where it sets torch's count, so that `before_torch` runs first.
 """
 
 from __future__ import annotations
