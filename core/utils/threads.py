@@ -84,8 +84,8 @@ def training_share(workers: int, ranks: int = 1, cpus: int | None = None,
     workers (the trainer keeps a CPU; at least one worker), and the trainer the CPUs they leave
     (at least 1), unless the user set OMP_NUM_THREADS. The batches are the same with any number
     of workers (batch n is built from n alone), so fewer workers change the speed, not the run:
-    on 2 CPUs one worker builds 1800 images/s of CornerNet_Tiny's batches, 40 times what the
-    trainer takes (`train.py CornerNet_Tiny --workers 1 --dry-run 100`)."""
+    on 2 CPUs one worker builds 1800 images/s of CornerNet_Tiny's batches, 27 times what the
+    trainer takes (`train.py CornerNet_Tiny --workers 1 --dry-run 100`; bench/README.md)."""
     cpus = usable_cpus() if cpus is None else cpus
     per_rank = max(1, cpus // max(1, ranks))
     fits = max(1, per_rank - 1)
