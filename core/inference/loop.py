@@ -181,8 +181,9 @@ def _in_threads(batches: Iterator[list[tuple]], compute: Callable[[list[tuple]],
 
     Threads of their own rather than torch's threads inside each operation: a parallel region
     waits for its slowest thread, and beside busy processes that is the one the scheduler left
-    out (test.py, CornerNet_Tiny on 2 cores beside 2 busy processes: 36 ms per image with 2
-    image threads, 50-55 with 2 torch threads or 1; 17-19 against 33-35 on an idle machine)."""
+    out (test.py, CornerNet_Tiny on 2 cores beside 2 busy processes: 41 ms per image with 2
+    images at once, 59-64 on 1 thread, 42-74 on 2 torch threads; idle, 20 against 33 on 1
+    thread; bench/README.md "Threads")."""
     threads = torch.get_num_threads()
     # A thread takes the count set last when it first computes (torch sets it per thread).
     torch.set_num_threads(max(1, threads // workers))
