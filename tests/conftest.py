@@ -14,7 +14,7 @@ import torch
 from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
 
-from bench._shared import coco128_dir, is_full, looked_in, reference_dir
+from bench._shared import coco128_dir, looked_in, reference_dir
 
 # submitit configures logging at its first import (logging.config.dictConfig), which closes
 # every logging handler alive at that moment. absl's handler (imported with openvino and nncf)
@@ -54,9 +54,17 @@ def pytest_configure(config) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under `--dist loadgroup`, a test goes to the worker of its group: the one of a costly
+    """The opt-in tests (marker `export_all`) are deselected unless CORNERNET_EXPORT_ALL=1: the
+    summary counts them as deselected, not as skipped for a missing GPU, NCCL or SLURM.
+
+    Under `--dist loadgroup`, a test goes to the worker of its group: the one of a costly
     session fixture it uses, else its module when it uses a module-scoped fixture (built once
     per module then, as in a serial run). Other tests are dealt one by one."""
+    if os.environ.get("CORNERNET_EXPORT_ALL") != "1":
+        opted = [item for item in items if item.get_closest_marker("export_all")]
+        if opted:
+            config.hook.pytest_deselected(items=opted)
+            items[:] = [item for item in items if item not in opted]
     for item in items:
         group = worker_group(item)
         if group:
@@ -85,16 +93,6 @@ def coco128():
         pytest.skip(f"real data not found; looked in {looked_in()} (CORNERNET_DATA names a "
                     "folder without coco128; unset it to use tests/data/coco128-mini)")
     return COCO128
-
-
-@pytest.fixture(scope="session")
-def coco128_full(coco128):
-    """The whole coco128 (128 images), for the few tests whose point needs its size; they skip
-    on the repository's subset."""
-    if not is_full(coco128):
-        pytest.skip(f"needs the full coco128 (128 images); looked in {looked_in()}: set "
-                    "CORNERNET_DATA to a folder holding data/coco128 (bench/gpu_prep.sh)")
-    return coco128
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bench._shared import is_full
 from core.models.py_utils.decode import peak_topk, sigmoid_scores
 from core.nnet.py_factory import NetworkFactory
 from tests._dense_reference import coco128_db
@@ -21,15 +22,17 @@ FP16_MAX = torch.finfo(torch.float16).max
 
 
 @pytest.fixture(scope="module")
-def db(coco128_full, tmp_path_factory):
-    return coco128_db(coco128_full, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"),
-                      categories=80)
+def db(coco128, tmp_path_factory):  # the CUDA test's data (tests/test_cuda.py), whichever
+    return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
 
 
-def test_fp16_at_the_scalers_first_scales_overflows_and_the_tests_scale_fits(tmp_path, db):
+def test_fp16_at_the_scalers_first_scales_overflows_and_the_tests_scale_fits(tmp_path, db,
+                                                                             coco128):
     """The gradients of the CUDA training test's first step (its model, seed and batch), in
     float32 on the CPU. A parameter gradient is a sum that fp16 must hold after scaling; where
-    |g| * scale exceeds 65504 the scaler finds inf and skips the step."""
+    |g| * scale exceeds 65504 the scaler finds inf and skips the step. The numbers are the full
+    coco128's (the CUDA test's data where it is found); on the repository's 28 images the
+    first batch differs (largest gradient 3.5, not 4.6) and 2 steps are skipped, not 3."""
     torch.manual_seed(0)  # as test_cuda.cuda_factory
     nnet = NetworkFactory(tiny_config(tmp_path), db, device="cpu")
     nnet.train(batch_of(db, 4))
@@ -45,7 +48,9 @@ def test_fp16_at_the_scalers_first_scales_overflows_and_the_tests_scale_fits(tmp
     scale, skipped = torch.amp.GradScaler("cpu").get_scale(), 0
     while largest * scale > FP16_MAX:
         skipped, scale = skipped + 1, scale / 2
-    assert skipped == 3 and scale == 2.0 ** 13
+    assert skipped >= 1
+    if is_full(coco128):
+        assert skipped == 3 and scale == 2.0 ** 13
     # The new one starts where every gradient fits eight times over.
     assert largest * FP16_SCALE * 8 < FP16_MAX
 

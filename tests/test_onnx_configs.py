@@ -2,10 +2,10 @@
 on a real coco128 image at two sizes with a batch of 2 (the image and its mirror).
 
 The three take 80-100 s each on 2 cores (4 min 26 s in all, beside a training run), more than
-the suite's time allows: they run when CORNERNET_EXPORT_ALL=1 is set (CornerNet_Tiny's export is
-tested in every run by tests/test_onnx_export.py)."""
+the suite's time allows: they are collected and run when CORNERNET_EXPORT_ALL=1 is set, and
+deselected otherwise (tests/conftest.py; CornerNet_Tiny's export is tested in every run by
+tests/test_onnx_export.py)."""
 
-import os
 
 import cv2
 import numpy as np
@@ -37,8 +37,7 @@ STD = np.array([0.28863828, 0.27408164, 0.27809835], dtype=np.float32)
 @pytest.mark.slow
 @pytest.mark.parity  # the full-size networks
 @pytest.mark.timeout(3600)
-@pytest.mark.skipif(os.environ.get("CORNERNET_EXPORT_ALL") != "1",
-                    reason="80-100 s of CPU per config: set CORNERNET_EXPORT_ALL=1 to run it")
+@pytest.mark.export_all  # 80-100 s of CPU per config: deselected unless CORNERNET_EXPORT_ALL=1
 @pytest.mark.parametrize("name", ["CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet"])
 def test_shipped_config_exports_and_onnxruntime_equals_torch(name, coco128, tmp_path):
     system_config, db_config = load_config(name)
