@@ -19,8 +19,9 @@ from tests.test_precision import batch_of, tiny_config
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (this machine has none)")
 
+# Without a GPU the module's mark skips, saying so (this one would say "this GPU").
 needs_bf16 = pytest.mark.skipif(
-    not torch.cuda.is_available() or not torch.cuda.is_bf16_supported(including_emulation=False),
+    torch.cuda.is_available() and not torch.cuda.is_bf16_supported(including_emulation=False),
     reason="this GPU has no native bfloat16 (needs compute capability 8.0 or newer)")
 # The first fp16 loss scale of the training test: the largest gradient at initialisation (the
 # heat head's bias, about 4.6) times this is far below fp16's largest value, 65504.
