@@ -244,6 +244,9 @@ def test_a_real_network_in_image_threads_gives_the_numbers_of_one_thread(two_thr
         for cls in dets:
             np.testing.assert_array_equal(dets[cls], run.detections[image_id][cls])
     assert {"network", "decode", "nms"} <= set(run.seconds)
+    line = run.summary(1.0, "cpu", 0.1)
+    assert "s (added up over 2 images at once), waiting for images" in line, line
+    assert "added up" not in alone.summary(1.0, "cpu", 0.1)
 
 
 def test_images_in_threads_only_for_torch_computing_on_the_cpu(monkeypatch):

@@ -162,7 +162,8 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                             for entry in RUNTIMES.values()))
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="CPU threads (default: OMP_NUM_THREADS, else the CPUs this process "
-                             "may use); threads wait passively unless OMP_WAIT_POLICY says "
+                             "may use); test computes as many images at once (at most 4) on "
+                             "them; threads wait passively unless OMP_WAIT_POLICY says "
                              "otherwise")
 
 

@@ -72,21 +72,27 @@ class DetectionRun:
         unreadable: {image id: the reason, naming the file} of the others; they are scored
             as images without detections.
         seconds: wall-clock seconds per stage: read and prepare (in the reader thread), wait
-            (the main thread waiting for the reader), network, decode, nms.
+            (the main thread waiting for the reader), network, decode, nms (added up over the
+            threads of `at_once`).
+        at_once: the batches computed at once (`detect`'s workers).
     """
 
     image_ids: list[int] = field(default_factory=list)
     detections: dict[int, dict[int, np.ndarray]] = field(default_factory=dict)
     unreadable: dict[int, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    at_once: int = 1
 
     def summary(self, seconds: float, device: Any, evaluation: float) -> str:
         """One line: images per second and where the time went (`seconds` of detection on
         `device`, then `evaluation` seconds of scoring)."""
         count = len(self.image_ids)
         parts = [f"{name} {self.seconds[key]:.1f} s" for key, name in (
-            ("network", "network"), ("decode", "decode"), ("nms", "NMS"),
-            ("wait", "waiting for images")) if key in self.seconds]
+            ("network", "network"), ("decode", "decode"), ("nms", "NMS")) if key in self.seconds]
+        if parts and self.at_once > 1:
+            parts[-1] += f" (added up over {self.at_once} images at once)"
+        if "wait" in self.seconds:
+            parts.append(f"waiting for images {self.seconds['wait']:.1f} s")
         overlapped = [f"{name} {self.seconds[key]:.1f} s" for key, name in (
             ("read", "read"), ("prepare", "resize")) if key in self.seconds]
         return (f"{count} images in {seconds:.1f} s on {device}: "
@@ -105,6 +111,7 @@ class DetectionRun:
             merged.unreadable.update(run.unreadable)
             for stage, seconds in run.seconds.items():
                 merged.seconds[stage] = merged.seconds.get(stage, 0.0) + seconds
+            merged.at_once = max(merged.at_once, run.at_once)
         return merged
 
 
@@ -135,7 +142,7 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
     inference: Inference = lookup(test_func, system_config.sampling_function,
                                   "sampling function")
     inds = [int(ind) for ind in inds]
-    run = DetectionRun(image_ids=[db.image_id(ind) for ind in inds])
+    run = DetectionRun(image_ids=[db.image_id(ind) for ind in inds], at_once=max(1, workers))
     timer = StageTimer()
     reader = _Reader(db, inds, inference.prepare, timer,
                      depth=max(4, READ_AHEAD_BATCHES * batch_size))
