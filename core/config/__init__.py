@@ -6,7 +6,13 @@ holds what the values must mean. The names below are the public ones, as they al
 
 from ..errors import ConfigError, closest, lookup
 from .dataset_settings import DatasetSettings
-from .overrides import add_set_arg, parse_overrides, snapshot_arg, snapshot_or_file_arg
+from .overrides import (
+    DEFAULT_SNAPSHOT,
+    add_set_arg,
+    parse_overrides,
+    snapshot_arg,
+    snapshot_or_file_arg,
+)
 from .system import (
     CONFIG_DIR,
     PROJECT_ROOT,
@@ -19,7 +25,7 @@ from .system import (
     read_json,
 )
 
-__all__ = ["CONFIG_DIR", "PROJECT_ROOT", "ConfigError", "DatasetSettings", "SystemConfig",
-           "add_set_arg", "apply_overrides", "check_db_config", "closest", "config_dirs",
-           "config_path", "load_config", "lookup", "parse_overrides", "read_json", "snapshot_arg",
-           "snapshot_or_file_arg"]
+__all__ = ["CONFIG_DIR", "DEFAULT_SNAPSHOT", "PROJECT_ROOT", "ConfigError", "DatasetSettings",
+           "SystemConfig", "add_set_arg", "apply_overrides", "check_db_config", "closest",
+           "config_dirs", "config_path", "load_config", "lookup", "parse_overrides", "read_json",
+           "snapshot_arg", "snapshot_or_file_arg"]

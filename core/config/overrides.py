@@ -57,6 +57,11 @@ def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[s
     return found
 
 
+# What every --testiter's help says of its default (core.nnet.checkpoint.default_snapshot).
+DEFAULT_SNAPSHOT = ("default: the training's last iteration, system.max_iter or the max_iter "
+                    "its run folder's config.json records")
+
+
 def snapshot_or_file_arg(text: str) -> int | str | Path:
     """--testiter of test and export: `snapshot_arg`'s values, or the path of a snapshot file
     (`.pkl`), as `cornernet predict --snapshot` takes one (`checkpoint.snapshot_label`)."""

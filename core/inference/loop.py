@@ -215,9 +215,7 @@ def cpu_workers(nnet: Network, asked: int | None = None) -> int:
     OMP_NUM_THREADS; else the usable CPUs), at most `MOST_AT_ONCE`, when torch computes `nnet`
     eagerly on the CPU; 1 otherwise (a GPU, a compiled graph, or a runtime that fixes its own
     threads when it opens, as onnxruntime does)."""
-    model = getattr(nnet, "model", None)
-    if (nnet.device.type != "cpu" or not isinstance(model, torch.nn.Module)
-            or getattr(nnet, "compiled", False)):
+    if not _torch_on_cpu(nnet) or getattr(nnet, "compiled", False):
         return 1
     return min(choose_threads(asked), MOST_AT_ONCE)
 
@@ -227,10 +225,16 @@ def cpu_governor(nnet: Network, asked: int | None = None) -> ThreadGovernor:
     torch computes `nnet` on the CPU and the count is ours to choose (`asked`: --threads);
     otherwise it keeps the count (a GPU, or a runtime that fixes its threads when it opens, as
     onnxruntime does)."""
-    model = getattr(nnet, "model", None)
-    if nnet.device.type != "cpu" or not isinstance(model, torch.nn.Module):
+    if not _torch_on_cpu(nnet):
         return ThreadGovernor(torch.get_num_threads(), adjust=False)
     return threads_governor(asked, torch.get_num_threads())
+
+
+def _torch_on_cpu(nnet: Network) -> bool:
+    """Whether torch computes `nnet` on the CPU, on the thread count torch is set to when it
+    runs (an exported runtime fixes its own count when it opens)."""
+    return nnet.device.type == "cpu" and isinstance(getattr(nnet, "model", None),
+                                                    torch.nn.Module)
 
 
 def _run_batch(db: DETECTION, nnet: Network, inference: Inference, items: list[tuple],

@@ -26,7 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import CONFIG_DIR, SystemConfig, load_config, lookup, snapshot_arg
+from core.config import (
+    CONFIG_DIR,
+    DEFAULT_SNAPSHOT,
+    SystemConfig,
+    load_config,
+    lookup,
+    snapshot_arg,
+)
 from core.config.rules import unit_interval
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
@@ -46,7 +53,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("cfg_file", help="config name in configs/")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help="snapshot iteration or 'best', as given to test.py "
-                             "(default: system.max_iter)")
+                             f"({DEFAULT_SNAPSHOT})")
     parser.add_argument("--split", choices=list(SPLITS), default="validation")
     parser.add_argument("--suffix", default=None, help="as given to test.py")
     parser.add_argument("--score-thresh", type=unit_interval, default=0.3,

@@ -47,7 +47,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_arg
+from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, ConfigError, load_config, lookup, snapshot_arg
 from core.deploy.defaults import DEFAULT_IMAGES, KEEP_FLOAT
 from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
 from core.engine.cli import describe, exit_status, keeps_process
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser = argparse.ArgumentParser(prog=prog or PROG, description=__doc__.splitlines()[0])
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration or 'best' (default: system.max_iter)")
+                        help=f"snapshot iteration or 'best' ({DEFAULT_SNAPSHOT})")
     parser.add_argument("--images", type=int, default=None,
                         help="evaluate the first N validation images (default: all)")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, usable_cpus()],

@@ -24,7 +24,14 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import CONFIG_DIR, ConfigError, load_config, lookup, snapshot_or_file_arg
+from core.config import (
+    CONFIG_DIR,
+    DEFAULT_SNAPSHOT,
+    ConfigError,
+    load_config,
+    lookup,
+    snapshot_or_file_arg,
+)
 from core.deploy.defaults import DEFAULT_MAX_MAP
 from core.engine.cli import exit_status, keeps_process
 from core.errors import UsageError
@@ -55,7 +62,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
     parser.add_argument("--testiter", type=snapshot_or_file_arg, default=None,
                         help="snapshot iteration, 'best', or a snapshot file of the config "
-                             "(<Cfg>_<iter>.pkl; default: system.max_iter)")
+                             f"(<Cfg>_<iter>.pkl; {DEFAULT_SNAPSHOT})")
     parser.add_argument("--out", type=Path, default=None,
                         help="the .onnx file (default: beside the snapshot)")
     parser.add_argument("--opset", type=int, default=DEFAULT_OPSET,

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
-from core.config import CONFIG_DIR, add_set_arg, snapshot_arg
+from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
 from core.deploy.runtimes import add_runtime_args
 from core.engine.cli import exit_status, keeps_process
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="config name in configs/, e.g. CornerNet_Squeeze (not needed with "
                              "--snapshot, or with --onnx of an exported file)")
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration or 'best' (default: system.max_iter)")
+                        help=f"snapshot iteration or 'best' ({DEFAULT_SNAPSHOT})")
     parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE",
                         help="a snapshot file alone (it records its config)")
     parser.add_argument("--images", "--source", dest="images", nargs="+", required=True,
@@ -148,10 +148,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
         bar.close()
         outputs.close(written)
     seconds = time.perf_counter() - start
+    threads = governor.summary()
     log(f"drew {len(written)} of {len(sources)} inputs in {args.out}; {count} lines in "
           f"{outputs.json_path}; {count / max(seconds, 1e-9):.1f} frames/s"
           + (f"; unreadable: {', '.join(bad)}" if bad else "")
-          + (f"; {governor.summary()}" if governor.summary() else ""))
+          + (f"; {threads}" if threads else ""))
     if stop():
         raise Stopped(stop.signum)
     if not written:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config import (
     CONFIG_DIR,
+    DEFAULT_SNAPSHOT,
     ConfigError,
     SystemConfig,
     add_set_arg,
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--testiter", type=snapshot_or_file_arg, default=None,
                         help="snapshot iteration, 'best' for the snapshot with the highest "
                              "validation AP during training, or a snapshot file of the config "
-                             "(<Cfg>_<iter>.pkl; default: system.max_iter)")
+                             f"(<Cfg>_<iter>.pkl; {DEFAULT_SNAPSHOT})")
     parser.add_argument("--split", choices=SPLITS, default="validation",
                         help="a split of the config (training, validation, testing) or COCO's "
                              "testdev (image_info_test-dev2017.json accepted as it comes)")
