@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import ConfigError, closest
 from .dataset_settings import DatasetSettings, resolve_path
 from .db_keys import declared_keys
+from .fine_tune import fine_tune_changes
 from .overrides import parse_overrides
 from .rules import NAME, check_db_rules, check_finite, check_system_rules
 
@@ -422,9 +423,12 @@ def apply_overrides(system: SystemConfig, db: dict, overrides: list[str] | None,
 
 def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
                 root_dir: Path | None = None,
-                overrides: list[str] | None = None) -> tuple[SystemConfig, dict]:
+                overrides: list[str] | None = None,
+                weights: str | Path | None = None) -> tuple[SystemConfig, dict]:
     """Read `<config_dir>/<name>.json` into a SystemConfig and a checked db dict, with the
-    `--set` `overrides` ("section.key=value") applied and checked as "--set".
+    `--set` `overrides` ("section.key=value") applied and checked as "--set". `weights`
+    (train's --weights FILE) starts from FILE with the fine-tuning learning rate and warm-up
+    (core/config/fine_tune.py) where --set does not give them.
 
     The snapshot name defaults to the config name, as in the original.
     """
@@ -443,5 +447,9 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
         _merged(content.get("system", {}), changes["system"]), where)
     if system.snapshot_name is None:
         system = system.replace(snapshot_name=name)
+    if weights is not None:
+        system = system.update_config(fine_tune_changes(
+            weights, system.learning_rate, system.warmup_iters, system.max_iter,
+            changes["system"]), f"{where} with --weights")
     db = check_db_config(_merged(content.get("db", {}), changes["db"]), where)
     return system, db

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..config import SystemConfig
+from ..config.fine_tune import fine_tune_line
 from ..data.check import save_batch_picture, warn_split_overlap
 from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
@@ -149,6 +150,9 @@ def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: Network
         resumed = nnet.load_params(start)
         log(f"continuing from snapshot {start}")
     elif system_config.pretrain and not args.initialize:
+        if getattr(args, "weights", None):
+            log(fine_tune_line(system_config.pretrain, system_config.learning_rate,
+                               system_config.warmup_iters, system_config.freeze))
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain), log)
     if rank == 0:
         snapshots.set_aside_later_best(system_config.snapshot_file("best"), start, log)

@@ -82,6 +82,7 @@ class Options:
     requeue: bool = False
     config_dir: Path = CONFIG_DIR
     overrides: tuple[str, ...] | None = None  # --set
+    weights: str | None = None  # --weights FILE: the starting weights of a fine-tuning run
 
     @classmethod
     def of(cls, args: argparse.Namespace | Options) -> Options:
@@ -209,7 +210,8 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         check_environment()  # again here: torchrun's processes start without launch's checks
         check_args(args)
         system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                               overrides=getattr(args, "overrides", None))
+                                               overrides=getattr(args, "overrides", None),
+                                               weights=getattr(args, "weights", None))
         device = resolve_device(args.device) if not distributed else None
         if distributed:
             rank, world, local_rank, url = cluster.placement(args, local_rank, procs)

@@ -28,7 +28,8 @@ def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
     """Raise the first mistake of the run `args` would start with `procs` processes a node.
     With `data`, the training split is loaded, saying what it finds to `log`."""
     system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                           overrides=getattr(args, "overrides", None))
+                                           overrides=getattr(args, "overrides", None),
+                                           weights=getattr(args, "weights", None))
     world = max(args.world_size, 1) * procs
     shares = [deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
               for rank in range(world)]

@@ -167,23 +167,58 @@ def check_fits(snapshot: dict, current: dict, path: Path) -> None:
         raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
 
 
-def load_pretrained(model: nn.Module, path: Path,
-                    log: Callable[[str], None] = print) -> list[str]:
-    """Starting weights from a plain state dict or a snapshot; returns the skipped keys.
+def starting_weights(loaded: dict, path: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The weights a file offers to start from, keys without `module.`, and what they are: an
+    official state dict's own; a snapshot's averaged weights when it has them (those are the
+    ones its evaluations, its best AP and test.py used), else its model's."""
+    if not is_ours(loaded):
+        return strip_module_prefix(loaded), "an official state dict"
+    average = loaded.get("ema")
+    if average:
+        return (strip_module_prefix({k: v for k, v in average.items() if k != "n_averaged"}),
+                f"snapshot {loaded.get('iteration')}, its averaged weights")
+    if not isinstance(loaded.get("model"), dict):
+        raise ConfigError(f"{path}: a snapshot without a 'model' entry")
+    return strip_module_prefix(loaded["model"]), f"snapshot {loaded.get('iteration')}"
 
-    Entries whose shape differs (a head for another class count) are skipped and named in one
-    line to `log`.
-    """
+
+def _shape(tensor: torch.Tensor) -> str:
+    return f"({','.join(str(n) for n in tensor.shape)})"
+
+
+def load_pretrained(model: nn.Module, path: Path, categories: int, model_name: str,
+                    log: Callable[[str], None] = print) -> list[str]:
+    """Starting weights from a snapshot of this project or an official plain state dict, also
+    of another class count; returns the keys of `model` that start fresh.
+
+    Every tensor of the same key and shape loads bit for bit; the others of `model` (the class
+    heads: of `categories` classes here, another count in the file) keep the values `model` was
+    built with, and are named with their shapes in one line to `log`. A snapshot of another
+    model than `model_name`, or a file of which not even half the tensors fit, is a
+    ConfigError: its weights would not be a start."""
     if not path.is_file():
-        raise FileNotFoundError(f"system.pretrain: {path} does not exist")
+        raise ConfigError(f"system.pretrain: {path} does not exist")
     loaded = read_snapshot(path)
-    loaded = strip_module_prefix(loaded.get("model", loaded) if is_ours(loaded) else loaded)
+    saved_model = _model_of(loaded.get("config", {}).get("system", {})) if is_ours(loaded) \
+        else None
+    if saved_model is not None and saved_model != model_name:
+        raise ConfigError(f"{path} holds a {saved_model}, this config builds {model_name}: "
+                          f"start from weights of the same model")
+    weights, what = starting_weights(loaded, path)
     own = model.state_dict()
-    usable = {k: v for k, v in loaded.items() if k in own and own[k].shape == v.shape}
-    skipped = sorted(set(loaded) - set(usable)) + sorted(set(own) - set(loaded))
+    usable = {k: v for k, v in weights.items() if k in own and own[k].shape == v.shape}
+    if len(usable) * 2 < len(own):
+        raise ConfigError(f"{path}: only {len(usable)} of the {len(own)} tensors of "
+                          f"{model_name} are in it with their shapes: it holds another model")
+    fresh = [k for k in own if k not in usable]
     model.load_state_dict(usable, strict=False)
-    if skipped:
-        log(f"pretrained {path.name}: {len(usable)} entries loaded, {len(skipped)} skipped "
-              f"(missing or other shape): {', '.join(skipped[:8])}"
-              f"{' ...' if len(skipped) > 8 else ''}")
-    return skipped
+    before = sorted({int(weights[k].shape[0]) for k in fresh if k in weights
+                     and own[k].ndim and own[k].shape[0] == categories})
+    counts = f" (class count {before[0]} -> {categories})" if len(before) == 1 else ""
+    unused = sorted(set(weights) - set(own))
+    log(f"weights {path} ({what}): loaded {len(usable)} of the model's {len(own)} tensors"
+        + (f"; re-initialised {len(fresh)} tensors{counts}: "
+           + ", ".join(f"{k} {_shape(own[k])}" for k in fresh) if fresh else "")
+        + (f"; {len(unused)} tensors of the file are not in {model_name}: "
+           f"{', '.join(unused[:8])}{' ...' if len(unused) > 8 else ''}" if unused else ""))
+    return fresh

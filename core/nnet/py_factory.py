@@ -311,9 +311,12 @@ class NetworkFactory:
 
     def load_pretrained_params(self, path: str | Path,
                                log: Callable[[str], None] = print) -> list[str]:
-        """Starting weights from a plain state dict or a snapshot; returns the skipped keys
-        (named in one line to `log`). A weight average restarts from them."""
-        skipped = checkpoint.load_pretrained(self.model, Path(path), log)
+        """Starting weights from a snapshot or an official plain state dict, also of another
+        class count; returns the keys that start fresh (named with their shapes in one line to
+        `log`). A weight average restarts from them."""
+        skipped = checkpoint.load_pretrained(self.model, Path(path),
+                                             self.categories,
+                                             self.system_config.model_name, log)
         if self.ema is not None:
             self.ema.restart(self.model)
         return skipped

@@ -63,6 +63,12 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="after that signal, requeue the SLURM job (system.requeue)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
+    parser.add_argument("--weights", default=None, metavar="FILE",
+                        help="start from these weights (a snapshot of this project, a "
+                             "<Cfg>_best.pkl or an official CornerNet-Lite file), also of "
+                             "another class count: tensors of the same name and shape load, "
+                             "the rest start fresh; a tenth of the config's learning rate and a "
+                             "short warm-up unless --set gives them")
     add_set_arg(parser)
     return parser.parse_args(argv)
 
