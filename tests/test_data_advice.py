@@ -155,3 +155,39 @@ def test_train_py_and_test_py_warn_at_their_start(tmp_path):
     assert tested.returncode == 0, tested.stderr[-2000:]
     assert said.format(5, "val", "train", "images/val/copy.jpg = images/train/train1.jpg") in (
         tested.stdout + tested.stderr)
+
+
+def test_one_split_given_for_both_is_warned_about(tmp_path):
+    data_yaml = _dataset(tmp_path / "ds", 64, 5, (8, 30))
+    system, db_config = _tiny(data_yaml, tmp_path, "system.val_split=train")
+    said: list[str] = []
+    train = datasets["YOLO"](db_config, split="train", sys_config=system)
+    assert warn_split_overlap(system, db_config, train, "train", said.append) == 5
+    assert said == [("warning: split 'train' is both the training and the validation split "
+                    "(system.train_split, system.val_split): the validation loss and AP are "
+                    "scored on the 5 training images and are inflated; give validation images "
+                    "of their own")]
+
+
+@pytest.mark.slow  # a two-iteration training run that evaluates once, in-process
+def test_ap_scored_on_the_training_split_says_so_during_training_and_at_the_end(tmp_path):
+    from _inproc import run_script
+
+    data_yaml = _dataset(tmp_path / "ds", 64, 4, (8, 30))
+    trained = run_script(REPO / "train.py", "CornerNet_Tiny", "--workers", "1", "--set",
+                         "system.dataset=YOLO", f"db.data_yaml={data_yaml}",
+                         f"system.cache_dir={tmp_path / 'cache'}",
+                         f"system.result_dir={tmp_path / 'results'}", "system.val_split=train",
+                         "system.max_iter=2", "system.eval_iter=2", "system.val_iter=0",
+                         "system.batch_size=2", "system.batch_pictures=false",
+                         "db.input_size=[64,64]", "db.output_sizes=[[16,16]]")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    out = trained.stdout
+    assert "warning: split 'train' is both the training and the validation split" in out
+    ap = [line for line in out.splitlines() if line.startswith("iteration 2: AP ")]
+    assert len(ap) == 1 and ap[0].endswith(
+        " (scored on training images: 4 are in both splits), the best so far: "
+        "CornerNet_Tiny_best.pkl"), ap
+    done = [line for line in out.splitlines() if line.startswith("done: 2 iterations")]
+    assert len(done) == 1 and done[0].endswith(
+        " at iteration 2 (scored on training images: 4 are in both splits)"), done

@@ -227,14 +227,21 @@ def _sha1(path: str) -> str:
 def warn_split_overlap(system_config: Any, db_config: dict, db: Any, split: str,
                        log: Callable[[str], None], loading: bool = False) -> int:
     """Say to `log` when images of `split` (held by `db`) are also in the other split of the
-    pair train/validation (the training split for any other), as the same file or the same
-    bytes: a score on them is inflated. Returns how many; a split that does not load is not
-    compared (its own command says why). `loading`: the other split's loader lines (a dataset
-    cache rebuilt, boxes dropped) go to `log` too, where this is its first loading in the run."""
+    pair train/validation (the training split for any other), as the same split, the same file
+    or the same bytes: a score on them is inflated. Returns how many; a split that does not
+    load is not compared (its own command says why). `loading`: the other split's loader
+    lines (a dataset cache rebuilt, boxes dropped) go to `log` too, where this is its first
+    loading in the run."""
     other = (system_config.val_split if split == system_config.train_split
              else system_config.train_split)
-    if other == split or getattr(db, "generated", False):
+    if getattr(db, "generated", False):
         return 0
+    if other == split:  # one split given for both: every image is shared
+        log(f"warning: split '{split}' is both the training and the validation split "
+            f"(system.train_split, system.val_split): the validation loss and AP are scored on "
+            f"the {len(db)} training images and are inflated; give validation images of their "
+            f"own")
+        return len(db)
     try:
         dataset = datasets[system_config.dataset]
         other_db = dataset(db_config, split=other, sys_config=system_config,

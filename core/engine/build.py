@@ -172,10 +172,11 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         _check_storage(system_config, log)
     training_db = make_here(split=system_config.train_split)
+    shared = 0
     if rank == 0 and not args.initialize:
         # The validation split's first loading in this run: its loader lines are said here.
-        warn_split_overlap(system_config, db_config, training_db, training_db.split, log,
-                           loading=True)
+        shared = warn_split_overlap(system_config, db_config, training_db, training_db.split,
+                                    log, loading=True)
     evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
                          rank, world, distributed, log)
     if system_config.eval_iter and not args.initialize:
@@ -207,7 +208,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         step=TrainStep(nnet, system_config.nonfinite_loss, log), counts=DataCounts(log),
         speed=Throughput(), position=DataPosition(share, world, system_config.batch_size, log,
                                                   next_batch=start),
-        stop=stop, log=log)
+        stop=stop, log=log, shared_images=shared)
     run.load_state_dict(resumed)
     if rank == 0 and start == 0 and system_config.batch_pictures and not args.initialize:
         picture = system_config.snapshot_dir / "train_batch0.jpg"

@@ -23,7 +23,7 @@ from .agree import agree_all
 from .curves import write_run_report
 from .limits import Limits
 from .metrics import EVAL_KEYS, Metrics, open_metrics, training_values
-from .snapshots import Best, Saver
+from .snapshots import Best, Saver, scored_note
 from .stop import held_back
 from .trackers import open_trackers, wanted
 
@@ -96,6 +96,7 @@ class Run:
     position: DataPosition
     stop: StopRequest
     log: Log
+    shared_images: int = 0  # validation images that are training images too (AP is inflated)
     iteration: int = field(init=False)
     saver: Saver = field(init=False)
     limits: Limits | None = field(init=False, default=None)
@@ -104,7 +105,7 @@ class Run:
     def __post_init__(self) -> None:
         self.iteration = self.start
         self.saver = Saver(self.nnet, self, self.best, self.system_config, self.rank,
-                           self.distributed, self.log)
+                           self.distributed, self.log, scored_note(self.shared_images))
 
     # ------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
@@ -223,7 +224,9 @@ class Run:
         return self.stop.exit_status
 
     def summary(self) -> str:
-        skipped = self.step.skipped
+        skipped, best = self.step.skipped, self.best.record
         return (f"done: {self.system_config.max_iter} iterations, waiting for data "
                 f"{self.speed.overall_wait():.1%} of the time"
-                + (f", {skipped} non-finite steps skipped" if skipped else ""))
+                + (f", {skipped} non-finite steps skipped" if skipped else "")
+                + (f"; best AP {best['AP']:.4f} at iteration {best['iteration']}"
+                   f"{self.saver.scored}" if best is not None else ""))

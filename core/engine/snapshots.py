@@ -139,14 +139,17 @@ class Saver:
         system_config: the run's config.
         rank, distributed: only rank 0 writes; under DDP the ranks' weights are checked first.
         log: rank 0's log.
+        scored: what each AP line adds about the images it was scored on ("": nothing; see
+            `scored_note`).
     """
 
     def __init__(self, nnet: NetworkFactory, loop: Checkpointable, best: Best,
                  system_config: SystemConfig, rank: int, distributed: bool,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], scored: str = "") -> None:
         self.nnet, self.loop, self.best = nnet, loop, best
         self.system_config = system_config
         self.rank, self.distributed, self.log = rank, distributed, log
+        self.scored = scored
 
     def due(self, iteration: int) -> bool:
         return due(iteration, self.system_config.snapshot, self.system_config.max_iter)
@@ -167,13 +170,18 @@ class Saver:
     def evaluated(self, iteration: int, ap: float) -> None:
         """Record the AP of `iteration`; a new best replaces `<Cfg>_best.pkl` atomically."""
         best, before = self.best, self.best.record
+        line = f"iteration {iteration}: AP {ap:.4f}{self.scored}"
         if best.update(iteration, ap, lambda path: self.write(iteration, path)):
-            self.log(f"iteration {iteration}: AP {ap:.4f}, the best so far: {best.path.name}")
+            self.log(f"{line}, the best so far: {best.path.name}")
         elif before is None:
-            self.log(f"iteration {iteration}: AP {ap:.4f}: nothing could be scored, not a best")
+            self.log(f"{line}: nothing could be scored, not a best")
         else:
-            self.log(f"iteration {iteration}: AP {ap:.4f} (best {before['AP']:.4f} at "
-                     f"iteration {before['iteration']})")
+            self.log(f"{line} (best {before['AP']:.4f} at iteration {before['iteration']})")
+
+
+def scored_note(shared: int) -> str:
+    """What an AP line adds when `shared` validation images are training images too."""
+    return (f" (scored on training images: {shared} are in both splits)" if shared else "")
 
 
 def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> Path | None:
