@@ -66,6 +66,25 @@ def to_stderr(text: str) -> None:
     print(text, file=sys.stderr)
 
 
+def quiet(text: str) -> None:
+    """A `log` that says nothing: for the copies of a split that a run has loaded and said
+    about already (a prefetch worker's)."""
+
+
+def said_once(log: Log) -> Log:
+    """`log`, saying each distinct line once: a split loaded again in one run (for the
+    evaluation, the validation loss, the batch picture) repeats none of its loader's lines,
+    each of which already counts what it found ("clipped to the image: 12 box(es), e.g. ...")."""
+    said: set[str] = set()
+
+    def say(text: str) -> None:
+        if text not in said:
+            said.add(text)
+            log(text)
+
+    return say
+
+
 class DatasetError(UserMistake, ValueError):
     """An annotation file or dataset setting is wrong; the message names the file and entry."""
 

@@ -26,6 +26,7 @@ from ..data.chunks import Deal, deal
 from ..data.dry_run import dry_run
 from ..data.ring import probe_batch
 from ..dbs import DatasetError, datasets
+from ..dbs.detection import quiet, said_once
 from ..errors import Stopped, lookup
 from ..inference.coco_eval import require_backend
 from ..nnet.checkpoint import RUN_CONFIG
@@ -62,13 +63,15 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     stop = StopRequest(at_once=True)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     sample = sampler(system_config.sampling_function, system_config.strict_images)
-    # Built in the prefetch workers only: they say what they find on their stderr.
+    # Loaded here once, saying what it finds; the prefetch workers' copies say nothing again.
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
                                 settings=system_config.dataset_settings())
     where = resolve_device(device)
     try:
         if stop():
             raise Stopped(stop.signum)
+        make_db(log=log)
+        make_db = functools.partial(make_db, log=quiet)
         share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
         workers = cpu_share(args, world, log).workers
         log(dry_run(make_db, sample, share, workers, args.dry_run, seed=system_config.seed,
@@ -165,10 +168,12 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     request is made first: it takes over a stop asked during start-up."""
     stop = stop_request(args, system_config)
     dataset = lookup(datasets, system_config.dataset, "dataset")
-    # The prefetch workers' datasets say what they find on their stderr (a rank's log does not
-    # cross into a process); this rank's own datasets say it to its log.
-    make_db = functools.partial(dataset, db_config, settings=system_config.dataset_settings())
-    make_here = functools.partial(make_db, log=log)
+    # This rank's own datasets say what their loader finds to its log, each line once however
+    # often a split is loaded; the prefetch workers' copies of the same splits say nothing.
+    make_db = functools.partial(dataset, db_config, settings=system_config.dataset_settings(),
+                                log=quiet)
+    say = said_once(log)
+    make_here = functools.partial(make_db, log=say)
     if rank == 0:
         _check_storage(system_config, log)
     training_db = make_here(split=system_config.train_split)
@@ -176,7 +181,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0 and not args.initialize:
         # The validation split's first loading in this run: its loader lines are said here.
         shared = warn_split_overlap(system_config, db_config, training_db, training_db.split,
-                                    log, loading=True)
+                                    say, loading=True)
     evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
                          rank, world, distributed, log)
     if system_config.eval_iter and not args.initialize:
