@@ -4,11 +4,16 @@ counted; duplicate images with conflicting labels named with their files."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+import cv2
+import numpy as np
 import pytest
 from _train_helpers import REPO
 from test_data_advice import _dataset
+
+from core.utils.images import read_image
 
 
 def _clipped_in_both_splits(root: Path) -> Path:
@@ -38,3 +43,52 @@ def test_a_loader_line_is_said_once_in_a_run_that_loads_each_split_three_times(t
                  and f"labels/{split}/{split}0.txt" in line]
         assert len(lines) == 1, (split, lines)
         assert "clipped to the image (they extended outside it): 1 box(es)" in lines[0]
+
+
+def _extraneous_bytes(path: Path) -> Path:
+    """A real JPEG with 2 bytes between two segments, before the start-of-scan marker: libjpeg
+    decodes it and warns "Corrupt JPEG data: 2 extraneous bytes before marker 0xda"."""
+    image = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
+    data = cv2.imencode(".jpg", image)[1].tobytes()
+    scan = data.index(b"\xff\xda")
+    path.write_bytes(data[:scan] + b"\x12\x34" + data[scan:])
+    return path
+
+
+def _said_about(path: Path) -> str:
+    return (f'warning: image {path}: the JPEG decoder says "Corrupt JPEG data: 2 extraneous '
+            f'bytes before marker 0xda" (the image is used as decoded; re-save it to clear this)')
+
+
+def test_a_decoder_warning_names_its_image_once(tmp_path, capfd):
+    paths = [_extraneous_bytes(tmp_path / name) for name in ("odd.jpg", "odder.jpg")]
+    first, again = read_image(paths[0]), read_image(paths[0])
+    assert first.shape == (64, 64, 3) and np.array_equal(first, again)
+    read_image(paths[1])
+    err = capfd.readouterr().err
+    assert err.splitlines() == [_said_about(path) for path in paths]
+
+
+def test_an_image_without_a_warning_says_nothing(tmp_path, capfd):
+    path = tmp_path / "fine.jpg"
+    cv2.imwrite(str(path), np.zeros((16, 16, 3), np.uint8))
+    read_image(path)
+    print("after", file=sys.stderr)  # stderr works again after the decode
+    assert capfd.readouterr().err == "after\n"
+
+
+@pytest.mark.slow  # a two-iteration training run, in-process, with a prefetch worker
+def test_a_decoder_warning_in_training_is_said_once_naming_the_image(tmp_path, capfd):
+    from _inproc import run_script
+
+    data_yaml = _dataset(tmp_path / "ds", 64, 2, (8, 30))
+    odd = _extraneous_bytes(tmp_path / "ds" / "images" / "train" / "train1.jpg")
+    trained = run_script(REPO / "train.py", "CornerNet_Tiny", "--workers", "1", "--set",
+                         "system.dataset=YOLO", f"db.data_yaml={data_yaml}",
+                         f"system.cache_dir={tmp_path / 'cache'}",
+                         f"system.result_dir={tmp_path / 'results'}", "system.max_iter=3",
+                         "system.eval_iter=0", "system.val_iter=0", "system.batch_size=2",
+                         "db.input_size=[64,64]", "db.output_sizes=[[16,16]]")
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    said = (trained.stdout + trained.stderr + capfd.readouterr().err).splitlines()
+    assert [line for line in said if "JPEG" in line] == [_said_about(odd)]

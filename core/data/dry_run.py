@@ -28,6 +28,7 @@ import torch
 
 from ..errors import ConfigError
 from ..utils.files import format_bytes
+from ..utils.images import say_decoder_warnings
 from .chunks import Deal
 from .prefetch import Prefetcher
 from .ring import probe_batch
@@ -170,17 +171,21 @@ class DryRun:
 
 def dry_run(make_db: Callable[[], Any], sample: Callable, share: Deal, workers: int,
             batches: int, *, seed: int, prefetch_size: int,
-            device: torch.device | None = None) -> DryRun:
+            device: torch.device | None = None,
+            log: Callable[[str], None] | None = None) -> DryRun:
     """Take `batches` training batches through the prefetch path, as train.py builds it.
 
     Args:
         make_db, sample, seed, prefetch_size: as for `Prefetcher`.
         share: this rank's chunks (`core.data.chunks.deal`); workers: prefetch processes.
         device: where batches would go (on CUDA they are staged in pinned memory).
+        log: hears what loading the split finds (`make_db(log=log)`, once, here: the workers'
+            copies say it with `make_db`'s own log) and the images' decoder warnings.
     """
     if batches < 1:
         raise ConfigError(f"--dry-run needs at least 1 batch, got {batches}")
-    db = make_db()  # the probe that sizes the ring, built as train.py builds it
+    # the probe that sizes the ring, built as train.py builds it
+    db = make_db(log=log) if log is not None else make_db()
     db.set_rng(np.random.default_rng(seed))
     probe = probe_batch(db, sample, share)
     seconds = {phase: [0.0] * workers for phase in PHASES}
@@ -197,6 +202,8 @@ def dry_run(make_db: Callable[[], Any], sample: Callable, share: Deal, workers: 
             if number == 0:
                 first = arrived - began
                 slot_bytes = sum(t.numel() * t.element_size() for t in batch.values())
+            if log is not None:
+                say_decoder_warnings(meta.get("decoder", []), log)
             w = number % workers  # the prefetcher's rule: batch n comes from worker n % W
             worker_images[w] += share.local_batch
             for phase in PHASES:

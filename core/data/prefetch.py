@@ -36,6 +36,7 @@ import torch
 
 from ..errors import ConfigError, RunFailure, Stopped
 from ..utils.device import resolve_device
+from ..utils.images import collect_decoder_warnings, take_decoder_warnings
 from ..utils.procs import is_alive, process_identity
 from .chunks import Deal
 from .ring import ring_slots
@@ -83,6 +84,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal
 
         cv2.setNumThreads(1)
         torch.set_num_threads(1)  # a worker computes on one core (core/utils/threads.py)
+        collect_decoder_warnings()  # the trainer says them, once per run
         db = make_db()
         recorder = _PathRecorder(db)
         db.read_image = recorder
@@ -116,6 +118,7 @@ def _worker(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal
                 for key, value in batch.get("meta", {}).items():
                     meta[key] = meta.get(key, [] if isinstance(value, list) else 0) + value
                 local += size
+            meta["decoder"] = take_decoder_warnings()
             out_queue.put(("batch", number, slot, meta))
             number += workers
     except Exception:  # noqa: BLE001 - every failure must reach the trainer

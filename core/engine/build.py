@@ -63,19 +63,18 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
     stop = StopRequest(at_once=True)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     sample = sampler(system_config.sampling_function, system_config.strict_images)
-    # Loaded here once, saying what it finds; the prefetch workers' copies say nothing again.
+    # dry_run loads it once here, saying what it finds; the prefetch workers' copies say nothing.
     make_db = functools.partial(dataset, db_config, split=system_config.train_split,
-                                settings=system_config.dataset_settings())
+                                settings=system_config.dataset_settings(), log=quiet)
     where = resolve_device(device)
     try:
         if stop():
             raise Stopped(stop.signum)
-        make_db(log=log)
-        make_db = functools.partial(make_db, log=quiet)
         share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
         workers = cpu_share(args, world, log).workers
         log(dry_run(make_db, sample, share, workers, args.dry_run, seed=system_config.seed,
-                    prefetch_size=system_config.prefetch_size, device=where).report())
+                    prefetch_size=system_config.prefetch_size, device=where,
+                    log=log).report())
     except Stopped as stopped:
         log(f"stopped by {stopped}: a dry run has nothing to save")
         return stop.exit_status

@@ -20,6 +20,7 @@ from typing import Any, Callable, Protocol, TextIO
 from tqdm import tqdm
 
 from ..utils import hints
+from ..utils.images import say_decoder_warnings
 
 
 class Writer(Protocol):
@@ -245,7 +246,9 @@ class DataCounts:
         self.load_state_dict(before or {})
 
     def add(self, meta: dict) -> None:
-        """Count a batch's meta; say each skipped image, and the first dropped objects."""
+        """Count a batch's meta; say each skipped image, each image's decoder warnings once,
+        and the first dropped objects."""
+        say_decoder_warnings(meta.get("decoder", []), self.log)
         for path in meta.get("skipped", []):
             self.log(f"skipped unreadable image {path}")
         self.skipped_images += len(meta.get("skipped", []))

@@ -1,9 +1,21 @@
 """Reading images from disk, loudly: a missing, unreadable or truncated file is an error
-naming it."""
+naming it, and what the JPEG decoder warns about names the image.
+
+libjpeg prints its warnings ("Corrupt JPEG data: 2 extraneous bytes before marker 0xd9") to
+the process's stderr with no file name, once per decode, so a run showed dozens nobody could
+trace. `read_image` catches them (stderr's file descriptor points at a temp file during the
+decode) and says each image's once per process, naming it: on stderr, or, in a prefetch worker
+(`collect_decoder_warnings`), into the batch's meta, which the trainer says once per run.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
+import threading
 from pathlib import Path
+from typing import Callable
 
 import cv2
 import numpy as np
@@ -30,11 +42,89 @@ class ImageReadError(UserMistake, OSError):
         return type(self), (self.path, self.reason)
 
 
+_decoding = threading.Lock()  # stderr is one per process: one decode at a time redirects it
+_capture: tuple[int, int] | None = None  # (pid, fd of an unlinked temp file) for stderr
+_said: set[str] = set()  # images whose decoder warnings this process has said or collected
+_collected: list[list[str]] | None = None  # [path, text] in a worker, else None: say them
+
+
+def decoder_line(path: str, text: str) -> str:
+    """The line that says what the JPEG decoder found in the image at `path`."""
+    return (f"warning: image {path}: the JPEG decoder says \"{'; '.join(text.splitlines())}\" "
+            f"(the image is used as decoded; re-save it to clear this)")
+
+
+def first_time(path: str) -> bool:
+    """Whether this process has not yet said (or collected) the decoder warnings of `path`;
+    from now on it has."""
+    if path in _said:
+        return False
+    _said.add(path)
+    return True
+
+
+def collect_decoder_warnings() -> None:
+    """From now on this process (a prefetch worker) keeps decoder warnings for
+    `take_decoder_warnings` instead of saying them on stderr."""
+    global _collected
+    _collected = []
+
+
+def take_decoder_warnings() -> list[list[str]]:
+    """The [path, text] of the images whose decoder warnings were collected since last time."""
+    taken = list(_collected or [])
+    if _collected:
+        _collected.clear()
+    return taken
+
+
+def say_decoder_warnings(found: list[list[str]], log: Callable[[str], None]) -> None:
+    """Say to `log` each [path, text] collected by a worker, once per image in this process."""
+    for path, text in found:
+        if first_time(path):
+            log(decoder_line(path, text))
+
+
+def _decode(data: bytes) -> tuple[np.ndarray | None, str]:
+    """cv2.imdecode of `data`, and what the decoder wrote to stderr meanwhile (stripped)."""
+    global _capture
+    with _decoding:
+        if _capture is None or _capture[0] != os.getpid():  # a fresh one in a forked process
+            fd, name = tempfile.mkstemp(prefix="cornernet-decoder-")
+            os.unlink(name)
+            _capture = (os.getpid(), fd)
+        fd = _capture[1]
+        saved = os.dup(2)
+        try:
+            os.dup2(fd, 2)
+            image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        size = os.fstat(fd).st_size
+        if not size:
+            return image, ""
+        text = os.pread(fd, size, 0).decode(errors="replace").strip()
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)  # stderr shares this offset: the next write starts at 0
+    return image, text
+
+
+def _tell(path: str, text: str) -> None:
+    if not first_time(path):
+        return
+    if _collected is not None:
+        _collected.append([path, text])
+    else:
+        print(decoder_line(path, text), file=sys.stderr, flush=True)
+
+
 def read_image(path: str | Path) -> np.ndarray:
     """The image at `path` as (H, W, 3) uint8 BGR; grayscale files come back with 3 channels.
 
     cv2 decodes a truncated JPEG without an error (a libjpeg warning, a partial image), so a
     JPEG must end with its end-of-image marker; the check reads only the bytes already in memory.
+    What the decoder warns about is said once, naming the file (see the module's docstring).
     """
     try:
         with open(path, "rb") as file:
@@ -47,7 +137,9 @@ def read_image(path: str | Path) -> np.ndarray:
         raise ImageReadError(path, "file is empty")
     if data.startswith(_JPEG_SOI) and data.rfind(_JPEG_EOI, -_EOI_SEARCH_BYTES) < 0:
         raise ImageReadError(path, f"truncated JPEG ({len(data)} bytes, no end-of-image marker)")
-    image = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    image, said = _decode(data)
+    if said:
+        _tell(str(path), said)
     if image is None:
         raise ImageReadError(path, f"not a decodable image ({len(data)} bytes)")
     return image
