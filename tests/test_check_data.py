@@ -97,8 +97,23 @@ def test_an_injected_duplicate_and_a_validation_only_class_are_reported(coco128,
     folder = write_config(tmp_path, coco128, images=images, annotations=files)
     report = check_data.run(check_data.parse_args(["Tiny128", "--config-dir", str(folder),
                                                    "--crop-samples", "0"]))
-    assert report["splits"]["train"]["duplicate_images"] == {
-        "groups": 1, "examples": [["000000000009.jpg", "copy_of_9.jpg"]]}
+    duplicates = report["splits"]["train"]["duplicate_images"]
+    assert (duplicates["groups"], duplicates["examples"]) == (
+        1, [["000000000009.jpg", "copy_of_9.jpg"]])
+    # the copy has no annotations: the same bytes, labelled differently, named with both files
+    nine = [a for a in train["annotations"] if a["image_id"] == 9]
+    names = {c["id"]: c["name"] for c in train["categories"]}
+    [group] = duplicates["conflicting_labels"]
+    assert group["copy_of_9.jpg"] == "no objects"
+    assert group["000000000009.jpg"].startswith(f"{len(nine)} object(s): ")
+    assert sorted(names[a["category_id"]] for a in nine) == sorted(
+        part.split(" [")[0] for part in group["000000000009.jpg"].split(": ", 1)[1].split("], ")
+    )
+    said = check_data.summary("train", report["splits"]["train"]).splitlines()
+    at = said.index("  duplicate images with conflicting labels: 1 group(s) (the same bytes, "
+                    "labelled differently: keep one file, or make the labels agree)")
+    assert said[at + 1] == (f"    000000000009.jpg ({group['000000000009.jpg']}) = "
+                            f"copy_of_9.jpg (no objects)")
     only_val = report["across_splits"]["classes_in_one_split_only"]["val not in train"]
     assert absent["name"] in only_val
     names = {c["id"]: c["name"] for c in val["categories"]}

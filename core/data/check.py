@@ -3,8 +3,9 @@
 `split_report(db, ...)` counts one split: images, objects per class (and the classes it lacks),
 objects per image, box sizes in COCO's small / medium / large (by box area: YOLO and VOC have no
 masks) and by aspect ratio, what the loader clipped or dropped and why, unreadable images,
-images without objects, duplicate images (by content hash), and, on a sample of images, the
-share of objects that the training crops (the config's own view drawing) cut off or remove.
+images without objects, duplicate images (by content hash; those whose labels differ are
+named with their files and labels), and, on a sample of images, the share of objects that the
+training crops (the config's own view drawing) cut off or remove.
 `training_batch(...)` builds a batch exactly as the sampler does and renders its dense targets
 exactly as training does, for `core.utils.vis`-style drawing by the caller.
 """
@@ -105,6 +106,32 @@ def _crop_cuts(boxes: np.ndarray, image: np.ndarray, sampling: str, configs: dic
     return np.clip(share, 0.0, 1.0).tolist()
 
 
+def _labels(db: Any, boxes: np.ndarray) -> str:
+    """An image's labels in words, equal for equal labels: its objects' classes and whole-pixel
+    boxes, sorted ("no objects" for none)."""
+    if not len(boxes):
+        return "no objects"
+    rows = sorted((db.cls2name(int(b[4])), *(round(float(v)) for v in b[:4]))
+                  for b in boxes)
+    return f"{len(rows)} object(s): " + ", ".join(
+        f"{name} [{x1}, {y1}, {x2}, {y2}]" for name, x1, y1, x2, y2 in rows)
+
+
+def conflict_lines(report: dict) -> list[str]:
+    """The duplicate images of one split's report whose labels differ, each group named with
+    its files and their labels, as the check prints them (the first EXAMPLES groups)."""
+    conflicting = report["duplicate_images"]["conflicting_labels"]
+    if not conflicting:
+        return []
+    lines = [(f"  duplicate images with conflicting labels: {len(conflicting)} group(s) (the "
+              f"same bytes, labelled differently: keep one file, or make the labels agree)")]
+    lines += ["    " + " = ".join(f"{name} ({said})" for name, said in group.items())
+              for group in conflicting[:EXAMPLES]]
+    if len(conflicting) > EXAMPLES:
+        lines.append(f"    ... {len(conflicting) - EXAMPLES} more in report.json")
+    return lines
+
+
 def split_report(db: Any, sampling: str, crop_samples: int = 64, seed: int = 0,
                  progress: Callable[[int, int], None] | None = None
                  ) -> tuple[dict, dict, np.ndarray]:
@@ -120,6 +147,7 @@ def split_report(db: Any, sampling: str, crop_samples: int = 64, seed: int = 0,
     sampled = set(rng.choice(len(db), size=min(crop_samples, len(db)), replace=False).tolist()
                   if len(db) else [])
     hashes: dict[str, list[str]] = {}
+    labels: dict[str, str] = {}
     unreadable, shares, points = [], [], []
     for ind in range(len(db)):
         if progress:
@@ -133,6 +161,7 @@ def split_report(db: Any, sampling: str, crop_samples: int = 64, seed: int = 0,
             digest = hashlib.sha1(file.read()).hexdigest()
         hashes.setdefault(digest, []).append(db.image_ids(ind))
         boxes = db.detections(ind)
+        labels[db.image_ids(ind)] = _labels(db, boxes)
         height, width = image.shape[:2]
         points.append(np.stack([(boxes[:, 0] + boxes[:, 2]) / 2 / width,
                                 (boxes[:, 1] + boxes[:, 3]) / 2 / height,
@@ -143,7 +172,10 @@ def split_report(db: Any, sampling: str, crop_samples: int = 64, seed: int = 0,
     shares_array = np.array(shares)
     report["unreadable_images"] = {"count": len(unreadable), "examples": unreadable[:EXAMPLES]}
     duplicates = [names for names in hashes.values() if len(names) > 1]
-    report["duplicate_images"] = {"groups": len(duplicates), "examples": duplicates[:EXAMPLES]}
+    conflicting = [{name: labels[name] for name in names} for names in duplicates
+                   if len({labels[name] for name in names}) > 1]
+    report["duplicate_images"] = {"groups": len(duplicates), "examples": duplicates[:EXAMPLES],
+                                  "conflicting_labels": conflicting}
     report["training_crops"] = {
         "sampled_images": len(sampled), "sampled_objects": len(shares),
         "removed": float((shares_array == 0).mean()) if shares else 0.0,

@@ -80,7 +80,7 @@ def draw_labels(path: Path, reports: dict, points: dict) -> str:
 
 
 def summary(split: str, report: dict) -> str:
-    from core.data.check import class_lines
+    from core.data.check import class_lines, conflict_lines
 
     crops = report["training_crops"]
     lines = [
@@ -103,6 +103,7 @@ def summary(split: str, report: dict) -> str:
         f"partly cut {crops['partly_cut']:.1%} {crops['note']}".rstrip(),
     ]
     lines[1:1] = class_lines(report)
+    lines += conflict_lines(report)
     lines += [f"  loader: {message}" for message in report["loader"]]
     return "\n".join(lines)
 
