@@ -92,3 +92,33 @@ def test_a_decoder_warning_in_training_is_said_once_naming_the_image(tmp_path, c
     assert trained.returncode == 0, trained.stderr[-2000:]
     said = (trained.stdout + trained.stderr + capfd.readouterr().err).splitlines()
     assert [line for line in said if "JPEG" in line] == [_said_about(odd)]
+
+
+def _unnamed(count: int, example: Path) -> str:
+    return (f"images that no xml file names (in no split, not used): {count}, e.g. {example}: "
+            f"no annotation file names it")
+
+
+def test_images_that_no_xml_names_are_counted(tmp_path):
+    from test_data_layouts import _OBJECTS, _devkit, _image, _xml
+
+    from core.dbs.converted import Problems
+    from core.dbs.voc import read_split
+
+    devkit = tmp_path / "VOC"
+    _devkit(devkit, image_sets=True)
+    for name in ("x.jpg", "y.png"):
+        _image(devkit / "JPEGImages" / name)
+    for split in ("train", "val"):  # both splits take their images from JPEGImages/
+        problems = Problems(strict=True)
+        read_split(devkit, split, None, problems)
+        assert problems.messages() == [_unnamed(2, devkit / "JPEGImages" / "x.jpg")]
+    flat = tmp_path / "labelimg"  # xml beside the images; "b" was never labelled
+    for stem in ("a", "b"):
+        _image(flat / f"{stem}.jpg")
+    _xml(flat / "a.xml", "a.jpg", _OBJECTS["a"])
+    (flat / "ImageSets" / "Main").mkdir(parents=True)
+    (flat / "ImageSets" / "Main" / "train.txt").write_text("a\n")
+    problems = Problems(strict=True)
+    read_split(flat, "train", None, problems)
+    assert problems.messages() == [_unnamed(1, flat / "b.jpg")]

@@ -31,7 +31,7 @@ from .detection import DatasetError
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 
 # Part of the cache key: bump it when a reader's output changes.
-_CONVERT_VERSION = 2
+_CONVERT_VERSION = 3  # 3: VOC notes the images no xml names
 
 
 class Problems:

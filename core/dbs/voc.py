@@ -224,7 +224,27 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
             rows.append((x1, y1, x2, y2, index[name], difficult, where))
         images.append((image.relative_to(voc_root).as_posix(), width, height))
         boxes.append(rows)
+    count_unnamed(voc_root, xml_files, problems)
     return voc_root, coco_dict(images, boxes, known, problems)
+
+
+def count_unnamed(voc_root: Path, xml_files: list[Path], problems: Problems) -> None:
+    """Note the images in the folders of this split's images (of `xml_files`) that no xml file
+    of the layout names: labelImg leaves an image it was not given boxes for without one, and
+    such an image is in no split, said nowhere else."""
+    quiet = Problems(strict=False)
+    folders = {voc_root / "JPEGImages" if xml.parent.name == "Annotations" else xml.parent
+               for xml in xml_files}
+    named = set()
+    for xml_file in all_xml(voc_root):
+        content = read_xml(xml_file, quiet)
+        image = image_file(voc_root, xml_file, content[0], quiet) if content else None
+        named.add(image)
+    for folder in sorted(folders):
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            if path.suffix.lower() in IMAGE_SUFFIXES and path not in named:
+                problems.note("images that no xml file names (in no split, not used)",
+                              str(path), "no annotation file names it")
 
 
 class VOC(Converted):
