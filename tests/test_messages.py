@@ -122,3 +122,17 @@ def test_images_that_no_xml_names_are_counted(tmp_path):
     problems = Problems(strict=True)
     read_split(flat, "train", None, problems)
     assert problems.messages() == [_unnamed(1, flat / "b.jpg")]
+
+
+def test_what_another_thread_writes_during_a_decode_stays_on_stderr(capfd):
+    from core.utils.images import _decoders_own
+
+    caught = (b"\r 40%|####      | 4/10 [00:01<00:01]Corrupt JPEG data: 2 extraneous bytes "
+              b"before marker 0xd9\nPremature end of JPEG file\n")
+    # a progress bar redrawn without a newline shares its line with the decoder's first one
+    assert _decoders_own(caught) == ("Corrupt JPEG data: 2 extraneous bytes before marker "
+                                     "0xd9\nPremature end of JPEG file")
+    assert capfd.readouterr().err == "\r 40%|####      | 4/10 [00:01<00:01]"
+    assert _decoders_own(b"Corrupt JPEG data: bad Huffman code\n") == (
+        "Corrupt JPEG data: bad Huffman code")
+    assert capfd.readouterr().err == ""

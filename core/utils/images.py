@@ -11,6 +11,7 @@ decode) and says each image's once per process, naming it: on stderr, or, in a p
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import threading
@@ -42,6 +43,10 @@ class ImageReadError(UserMistake, OSError):
         return type(self), (self.path, self.reason)
 
 
+# What libjpeg (its warnings: jerror.h's JWRN_*), libpng and OpenCV's own loaders print.
+_DECODER_LINE = re.compile(rb"(Corrupt JPEG data|Premature end of JPEG|Warning: |Invalid |"
+                           rb"Inconsistent |Unknown APP|Application transferred|Bogus |"
+                           rb"libpng |\[ ?WARN)")
 _decoding = threading.Lock()  # stderr is one per process: one decode at a time redirects it
 _capture: tuple[int, int] | None = None  # (pid, fd of an unlinked temp file) for stderr
 _said: set[str] = set()  # images whose decoder warnings this process has said or collected
@@ -104,10 +109,25 @@ def _decode(data: bytes) -> tuple[np.ndarray | None, str]:
         size = os.fstat(fd).st_size
         if not size:
             return image, ""
-        text = os.pread(fd, size, 0).decode(errors="replace").strip()
+        caught = os.pread(fd, size, 0)
         os.ftruncate(fd, 0)
         os.lseek(fd, 0, os.SEEK_SET)  # stderr shares this offset: the next write starts at 0
-    return image, text
+    return image, _decoders_own(caught)
+
+
+def _decoders_own(caught: bytes) -> str:
+    """The decoder's lines of what stderr caught during a decode; the rest (another thread's
+    writes in that time: a progress bar, a warning) goes on to stderr as it was."""
+    own, others = [], []
+    for line in caught.split(b"\n"):
+        found = _DECODER_LINE.search(line)
+        start = found.start() if found else len(line)
+        others.append(line[:start])  # a progress bar redrawn with "\r" ends in no newline
+        if found:
+            own.append(line[start:].decode(errors="replace").strip())
+    if any(others):
+        os.write(2, b"\n".join(part for part in others if part))
+    return "\n".join(own)
 
 
 def _tell(path: str, text: str) -> None:
