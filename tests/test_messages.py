@@ -136,3 +136,33 @@ def test_what_another_thread_writes_during_a_decode_stays_on_stderr(capfd):
     assert _decoders_own(b"Corrupt JPEG data: bad Huffman code\n") == (
         "Corrupt JPEG data: bad Huffman code")
     assert capfd.readouterr().err == ""
+
+
+def test_the_check_counts_images_that_no_split_names(tmp_path):
+    import json
+
+    from core.config import SystemConfig
+    from core.data.check import unnamed_images
+    from core.dbs import datasets
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for name in ("a.jpg", "b.jpg", "c.png"):
+        cv2.imwrite(str(images / name), np.zeros((8, 8, 3), np.uint8))
+    (images / "notes.txt").write_text("not an image")
+    files = {}
+    for split, name in (("train", "a.jpg"), ("val", "c.png")):
+        files[split] = tmp_path / f"{split}.json"
+        files[split].write_text(json.dumps({
+            "images": [{"id": 1, "file_name": name, "width": 8, "height": 8}],
+            "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [1, 1, 4, 4],
+                             "area": 16, "iscrowd": 0}],
+            "categories": [{"id": 1, "name": "thing"}]}))
+    system = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache"),
+                                           "train_split": "train"})
+    config = {"categories": 1, "image_dirs": {s: str(images) for s in files},
+              "annotation_files": {s: str(f) for s, f in files.items()}}
+    dbs = [datasets["COCO"](config, split=split, sys_config=system) for split in files]
+    assert unnamed_images(dbs) == {"count": 1, "examples": [str(images / "b.jpg")]}
+    assert unnamed_images(dbs[:1]) == {"count": 2, "examples": [str(images / "b.jpg"),
+                                                                str(images / "c.png")]}

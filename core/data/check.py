@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ..dbs import datasets
+from ..dbs.converted import IMAGE_SUFFIXES
 from ..errors import UserMistake
 from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
@@ -203,6 +204,19 @@ def across_splits(reports: dict[str, dict], hashes: dict[str, dict]) -> dict:
                 shared.append({a: hashes[a][digest], b: hashes[b][digest]})
     return {"classes_in_one_split_only": only,
             "images_in_two_splits": {"count": len(shared), "examples": shared[:EXAMPLES]}}
+
+
+def unnamed_images(dbs: list[Any]) -> dict:
+    """{"count", "examples"}: the image files in the folders of the splits' images that no
+    split's annotations name (a labelImg image never given an xml, a COCO export's image that
+    its json leaves out): they are in no split. Paths are compared as given, links not followed
+    (a YOLO folder of links into a larger one counts only its own files)."""
+    named = {os.path.abspath(db.image_path(ind)) for db in dbs for ind in range(len(db))}
+    unnamed = sorted(
+        path for folder in {os.path.dirname(p) for p in named}
+        for path in (os.path.join(folder, name) for name in os.listdir(folder))
+        if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES and path not in named)
+    return {"count": len(unnamed), "examples": unnamed[:EXAMPLES]}
 
 
 def class_lines(report: dict) -> list[str]:

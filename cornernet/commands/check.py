@@ -112,7 +112,7 @@ def summary(split: str, report: dict) -> str:
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     # The data, the sampler and torch are imported here, not for --help.
     from core.data.advice import advice_lines, settings_advice
-    from core.data.check import across_splits, save_batch_picture, split_report
+    from core.data.check import across_splits, save_batch_picture, split_report, unnamed_images
     from core.dbs import datasets
     from core.sample import sampler
 
@@ -122,9 +122,10 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
                                                 system_config.val_split]))
     out = args.out or system_config.result_dir / "check"
     out.mkdir(parents=True, exist_ok=True)
-    reports, hashes, points = {}, {}, {}
+    reports, hashes, points, dbs = {}, {}, {}, []
     for split in splits:
         db = dataset(db_config, split=split, sys_config=system_config)
+        dbs.append(db)
         samples = args.crop_samples if split == system_config.train_split else 0
         reports[split], hashes[split], points[split] = split_report(
             db, system_config.sampling_function, samples, system_config.seed)
@@ -137,6 +138,11 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     for key, names in both["classes_in_one_split_only"].items():
         print(f"classes of {key}: {', '.join(names)}")
     print(f"images found in two splits: {both['images_in_two_splits']['count']}")
+    both["images_in_no_split"] = unnamed_images(dbs)
+    if both["images_in_no_split"]["count"]:
+        print(f"images in the splits' folders that no annotation names (in no split): "
+              f"{both['images_in_no_split']['count']}, e.g. "
+              f"{both['images_in_no_split']['examples'][0]}")
     report = {"config": args.cfg_file, "splits": reports, "across_splits": both}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'report.json'}")
