@@ -284,3 +284,21 @@ def test_a_size_in_the_xml_that_the_image_contradicts_is_said(tmp_path, capsys):
         f"warning: image sizes the xml contradicts: 1, e.g. {root / 'a.xml'}: <size> says "
         f"640x480 but a.jpg is 64x48: the image's size is used and the boxes are clipped to "
         f"it; check that they were drawn on this image")
+
+
+def test_what_a_strict_run_keeps_and_says_loads_again_from_the_cache(tmp_path):
+    """A clip or another extension is said, never refused: the second load of a strict run,
+    from the dataset cache, takes them as the first did (it refused them as errors)."""
+    root = _voc(tmp_path, (64, 48), (40, 10, 80, 60))
+    (root / "a.xml").write_text((root / "a.xml").read_text().replace("a.jpg", "a.png"))
+    from core.config import SystemConfig
+    system = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache"),
+                                           "strict_images": True})
+    for _ in range(2):
+        said: list[str] = []
+        db = datasets["VOC"]({"voc_root": str(root), "names": ["cat"], "categories": 1},
+                             split="val", sys_config=system, log=said.append)
+        assert db.detections(0).tolist() == [[40.0, 10.0, 64.0, 48.0, 1.0]]
+        assert [line.split(":")[0] for line in said] == [
+            "images read under another extension than their xml's filename",
+            "boxes clipped to the image (they extended outside it)"]

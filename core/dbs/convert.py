@@ -50,20 +50,22 @@ def check_split_name(split: str) -> None:
                            f"labels/<split>/ in the output folder")
 
 
-def check_output(written: list[Path], inputs: list[Path], exist_ok: bool, what: str) -> None:
-    """Refuse, before anything is read, an output that is (or holds) one of the `inputs`, and
-    one that exists unless `exist_ok`. `written`: the paths the conversion replaces; `what`:
-    those paths in words, for the message."""
+def check_not_input(written: list[Path], inputs: list[Path]) -> None:
+    """Refuse, before anything is read, an output that is (or holds) one of the `inputs`."""
     for path in written:
         target = path.resolve()
         for source in inputs:
             if source.resolve() == target or source.resolve().is_relative_to(target):
                 raise DatasetError(f"{path} is an input of this conversion ({source}); "
                                    f"write the output somewhere else")
+
+
+def check_absent(written: list[Path], exist_ok: bool, earlier: str) -> None:
+    """Refuse, unless `exist_ok`, outputs that exist: `earlier` says what they hold."""
     there = [path for path in written if path.exists() or path.is_symlink()]
     if there and not exist_ok:
-        raise DatasetError(f"{there[0]} holds {what} of an earlier conversion; give another "
-                           f"output, or --exist-ok to replace it whole")
+        raise DatasetError(f"{there[0]} {earlier}; give another output, or --exist-ok to "
+                           f"replace it whole")
 
 
 def to_coco(root: Path, content: dict, problems: Problems, out: Path, log: Log) -> dict:
@@ -153,8 +155,8 @@ def coco_to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: b
     then the split is replaced whole. Returns the counts."""
     check_split_name(split)
     split_dirs = [out / "images" / split, out / "labels" / split]
-    check_output(split_dirs, [annotations, images], exist_ok, f"split '{split}'")
-    check_output([out / "data.yaml"], [annotations, images], True, "")
+    check_not_input([*split_dirs, out / "data.yaml"], [annotations, images])
+    check_absent(split_dirs, exist_ok, f"holds split '{split}' of an earlier conversion")
     parsed = parse_instances(annotations.read_bytes(), annotations)
     _check_images(annotations, images, parsed["file_names"])
     _check_sources(images, parsed["file_names"], split_dirs)

@@ -72,10 +72,14 @@ class Problems:
         else:
             self.warnings.append(f"warning: {message}")
 
+    def left_out(self) -> list[str]:
+        """The messages of what was left out (what `strict` refuses)."""
+        return [f"{kind}: {count} left out, e.g. {example}"
+                for kind, (count, example) in self.kinds.items()]
+
     def messages(self) -> list[str]:
-        return (self.warnings +
-                [f"{kind}: {count} left out, e.g. {example}"
-                 for kind, (count, example) in self.kinds.items()] +
+        """Every message: the warnings, what was left out, what was read in another way."""
+        return (self.warnings + self.left_out() +
                 [f"{kind}: {count}, e.g. {example}"
                  for kind, (count, example) in self.notes.items()])
 
@@ -179,25 +183,28 @@ class Converted(COCO):
         json_file, problems_file = cache_dir / f"{stem}.json", cache_dir / f"{stem}.problems"
         problems = Problems(settings.strict_images)
         try:
-            messages = json.loads(problems_file.read_text()) if json_file.is_file() else None
+            said = json.loads(problems_file.read_text()) if json_file.is_file() else None
         except (OSError, ValueError):
-            messages = None
-        if not isinstance(messages, list):
+            said = None
+        if not (isinstance(said, dict) and isinstance(said.get("messages"), list) and
+                isinstance(said.get("left_out"), list)):
             content = self._convert(split, settings, problems)
-            messages = problems.messages()
+            said = {"messages": problems.messages(), "left_out": problems.left_out()}
             self._check_categories(len(content["categories"]), where)
             try:
                 write_file_atomic(json_file, lambda file: file.write(
                     json.dumps(content).encode()))
                 write_file_atomic(problems_file, lambda file: file.write(
-                    json.dumps(messages).encode()))
+                    json.dumps(said).encode()))
             except StorageError as err:
                 raise DatasetError(f"cannot write the converted labels of {where} to the "
                                    f"dataset cache ({err}); set system.cache_dir to a writable "
                                    f"folder") from None
-        elif messages and problems.strict:
-            raise DatasetError(f"{messages[0]}; fix the file, or set system.strict_images to "
-                               f"false to leave such entries out with a warning")
+        elif said["left_out"] and problems.strict:  # converted by a run that was not strict
+            raise DatasetError(f"{said['left_out'][0]}; fix the file, or set "
+                               f"system.strict_images to false to leave such entries out with "
+                               f"a warning")
+        messages = said["messages"]
         for message in messages:
             self.log(message)
         self._load_problems = [f"{where}: {message}" for message in messages]

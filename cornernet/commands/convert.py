@@ -72,12 +72,14 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def _inputs(args: argparse.Namespace) -> list[Path]:
-    """The files a json conversion reads that its output could be: the data.yaml, or the
-    VOC split's list file and xml files."""
+    """The files a json conversion reads, which its output must not be: the data.yaml, the
+    split's images and label files; or the VOC split's list file and xml files."""
     from core.dbs.voc import split_files
+    from core.dbs.yolo import label_path, read_data_yaml, split_images
 
     if args.command == "yolo2coco":
-        return [args.data_yaml]
+        images = split_images(read_data_yaml(args.data_yaml), args.split, args.data_yaml)
+        return [args.data_yaml, *images, *map(label_path, images)]
     xml_files, listing = split_files(args.voc_root, args.split)
     return [*xml_files, *([listing] if listing else [])]
 
@@ -85,7 +87,7 @@ def _inputs(args: argparse.Namespace) -> list[Path]:
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     """Convert as the options say; returns what was written (the json, or the YOLO folder)."""
-    from core.dbs.convert import check_output, coco_to_yolo, to_coco
+    from core.dbs.convert import check_absent, check_not_input, coco_to_yolo, to_coco
     from core.dbs.converted import Problems
     from core.dbs.detection import DatasetError
     from core.dbs.voc import read_split as read_voc
@@ -95,7 +97,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     problems = Problems(strict=False, log=log)  # a whole split's warning: said at the start
     try:
         if args.command != "coco2yolo":
-            check_output([args.out], _inputs(args), args.exist_ok, "the json")
+            check_not_input([args.out], _inputs(args))
+            check_absent([args.out], args.exist_ok, "exists (an earlier conversion's json?)")
         if args.command == "yolo2coco":
             to_coco(*read_yolo(args.data_yaml, args.split, problems), problems, args.out, log)
         elif args.command == "voc2coco":
