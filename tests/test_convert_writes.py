@@ -231,8 +231,8 @@ def test_most_images_without_a_label_file_are_said_by_the_loader(shapes, tmp_pat
     assert db.load_problems[0].endswith(said[0])  # what `cornernet check` prints as loader:
 
 
-def test_a_training_with_no_object_at_all_is_refused_in_one_line(shapes, tmp_path, coco128,
-                                                                  capsys):
+def _no_labels_config(tmp_path: Path, shapes: Path, coco128: Path) -> Path:
+    """The folder of a config NoLabels training on `_no_labels`' data.yaml."""
     data_yaml = _no_labels(tmp_path, shapes)
     folder = write_config(tmp_path, coco128, name="NoLabels", dataset="YOLO",
                           db={"categories": 4, "data_yaml": str(data_yaml), "image_dirs": None,
@@ -240,6 +240,23 @@ def test_a_training_with_no_object_at_all_is_refused_in_one_line(shapes, tmp_pat
     config = json.loads((folder / "NoLabels.json").read_text())
     config["db"] = {k: v for k, v in config["db"].items() if v is not None}
     (folder / "NoLabels.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_no_label_files_is_said_by_the_data_check(shapes, tmp_path, coco128, capsys):
+    folder = _no_labels_config(tmp_path, shapes, coco128)
+    assert cornernet(["check", "NoLabels", "--config-dir", str(folder), "--splits", "train",
+                      "--crop-samples", "2", "--out", str(tmp_path / "check")]) == 0
+    data_yaml = tmp_path / "nolabels" / "data.yaml"
+    warning = f"warning: {data_yaml}: split 'train': no label file for any of its 24 images"
+    printed = capsys.readouterr().out.splitlines()
+    assert [line for line in printed if line.startswith(f"  loader: {warning}")] != []
+
+
+def test_a_training_with_no_object_at_all_is_refused_in_one_line(shapes, tmp_path, coco128,
+                                                                  capsys):
+    folder = _no_labels_config(tmp_path, shapes, coco128)
+    data_yaml = tmp_path / "nolabels" / "data.yaml"
     assert cornernet(["train", "NoLabels", "--config-dir", str(folder), "--workers", "1",
                       "--device", "cpu"]) == 2
     said = capsys.readouterr()

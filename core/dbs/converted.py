@@ -207,7 +207,8 @@ class Converted(COCO):
         messages = said["messages"]
         for message in messages:
             self.log(message)
-        self._load_problems = [f"{where}: {message}" for message in messages]
+        self._load_problems = [message if message.startswith("warning: ") else  # named
+                               f"{where}: {message}" for message in messages]
         self._load(image_dir, json_file, cache_dir, training=split == settings.train_split)
 
     def _check_categories(self, count: int, where: str) -> None:
