@@ -111,3 +111,20 @@ def test_voc2coco_refuses_two_xml_files_for_one_image_naming_both(tmp_path, caps
     assert capsys.readouterr().err.splitlines() == [
         (f"error: {second} and {first} both annotate {root / 'val' / 'img (1).png'}; merge them "
         f"into one, or correct the <filename> of the other")]
+
+
+def test_coco2yolo_refuses_two_images_that_would_be_one_naming_both(tmp_path, capsys):
+    for folder in ("train", "valid"):
+        (tmp_path / folder / "images").mkdir(parents=True)
+        cv2.imwrite(str(tmp_path / folder / "images" / "a.jpg"), np.zeros((8, 8, 3), np.uint8))
+    coco = {"images": [{"id": k, "file_name": f"{folder}/images/a.jpg", "width": 8, "height": 8}
+                       for k, folder in enumerate(("train", "valid"), start=1)],
+            "annotations": [], "categories": [{"id": 1, "name": "cat"}]}
+    (tmp_path / "both.json").write_text(json.dumps(coco))
+    assert cornernet(["convert", "coco2yolo", str(tmp_path / "both.json"), str(tmp_path),
+                      str(tmp_path / "yolo")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        (f"error: {tmp_path / 'both.json'}: images train/images/a.jpg and valid/images/a.jpg "
+        f"would both be written as a.jpg under the split's folder (the folders up to images/ "
+        f"are left out of their names); rename one")]
+    assert not (tmp_path / "yolo").exists()

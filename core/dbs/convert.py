@@ -102,6 +102,7 @@ def yolo_names(file_names: list[str], annotations: Path, log: Log) -> list[Path]
     label rule would both give `a.txt`) are written with it in the name (`a_jpg.jpg`,
     `a_png.png`), and said; names that still clash are refused, naming both images."""
     targets = [yolo_name(name) for name in file_names]
+    _refuse_shared(targets, file_names, annotations, lambda target: target)
     by_stem: dict[Path, list[int]] = {}
     for k, target in enumerate(targets):
         by_stem.setdefault(target.with_suffix(""), []).append(k)
@@ -110,14 +111,7 @@ def yolo_names(file_names: list[str], annotations: Path, log: Log) -> list[Path]
         for k in group:
             targets[k] = targets[k].with_name(f"{targets[k].stem}_{targets[k].suffix[1:]}"
                                               f"{targets[k].suffix}")
-    seen: dict[Path, int] = {}
-    for k, target in enumerate(targets):
-        other = seen.setdefault(target.with_suffix(""), k)
-        if other != k:
-            raise DatasetError(f"{annotations}: images {file_names[other]} and {file_names[k]} "
-                               f"would share the label file {target.with_suffix('.txt')} under "
-                               f"labels/<split>/ (the folders up to images/ are left out of "
-                               f"their names); rename one")
+    _refuse_shared(targets, file_names, annotations, lambda target: target.with_suffix(".txt"))
     if twins:
         first = twins[0]
         log(f"note: {sum(map(len, twins))} images share their name with another but for the "
@@ -125,6 +119,20 @@ def yolo_names(file_names: list[str], annotations: Path, log: Log) -> list[Path]
             f"written as {targets[first[0]]} and {targets[first[1]]}, so that each has a label "
             f"file of its own")
     return targets
+
+
+def _refuse_shared(targets: list[Path], file_names: list[str], annotations: Path,
+                   written: Callable[[Path], Path]) -> None:
+    """Refuse two images whose `written(target)` (the picture, or the label file) is one,
+    naming both."""
+    seen: dict[Path, int] = {}
+    for k, target in enumerate(targets):
+        other = seen.setdefault(written(target), k)
+        if other != k:
+            raise DatasetError(f"{annotations}: images {file_names[other]} and {file_names[k]} "
+                               f"would both be written as {written(target)} under the split's "
+                               f"folder (the folders up to images/ are left out of their "
+                               f"names); rename one")
 
 
 def _check_images(annotations: Path, images: Path, names: list[str]) -> None:
