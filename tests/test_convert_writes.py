@@ -183,11 +183,46 @@ def test_a_stop_signal_mid_conversion_leaves_no_file_under_a_final_name(
 def test_a_killed_conversions_folder_is_removed_by_the_next_and_said(shapes, tmp_path, capsys):
     out = tmp_path / "yolo"
     left = out / ".train.999999999-1.tmp"  # a writer that is dead: no such pid
-    (left / "labels").mkdir(parents=True)
+    for part in ("images", "labels"):  # killed as it built the split: a picture and a label
+        (left / part).mkdir(parents=True)
+    os.symlink(shapes / "images" / "val" / "000000.jpg", left / "images" / "000000.jpg")
     (left / "labels" / "000000.txt").write_text("0 0.5 0.5 0.1 0.1\n")
     assert _coco2yolo(shapes, "val", out) == 0
-    assert f"removed {left}, left by an interrupted conversion" in capsys.readouterr().out
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"removed {left}, left by an interrupted conversion")
     assert not left.exists()
+    assert _read_back(out / "data.yaml") == _expected(shapes, "val")
+
+
+@pytest.mark.parametrize("moved", ["earlier images aside", "new images in"])
+def test_a_conversion_killed_while_it_swaps_a_split_in_is_undone_or_finished(
+        shapes, tmp_path, moved, capsys):
+    """`kill -9` between the renames of `_swap_in`, made by hand: val's split is in place, and
+    train's was being swapped in. The next conversion into the folder puts val's back (when
+    none of train's took its place yet) or finishes train's: one conversion's, never a mix."""
+    out, other = tmp_path / "yolo", tmp_path / "other"
+    assert _coco2yolo(shapes, "val", out) == 0
+    assert _coco2yolo(shapes, "train", other) == 0
+    staging = out / ".train.999999999-1.tmp"  # a writer that is dead: no such pid
+    staging.mkdir()
+    os.replace(out / "images" / "train", staging / "earlier-images")
+    os.replace(other / "labels" / "train", staging / "labels")
+    if moved == "new images in":
+        os.replace(out / "labels" / "train", staging / "earlier-labels")
+        os.replace(other / "images" / "train", out / "images" / "train")
+    else:
+        os.replace(other / "images" / "train", staging / "images")
+    capsys.readouterr()
+    assert cornernet(["convert", "coco2yolo", str(shapes / "annotations" / "instances_val.json"),
+                      str(shapes / "images" / "val"), str(out), "--split", "val"]) == 0
+    said = capsys.readouterr().out.splitlines()
+    done, part = ("completed", "labels") if moved == "new images in" else ("restored", "images")
+    assert said[0] == (f"{done} {out / part / 'train'} from {staging}, left by a conversion "
+                       f"killed while it replaced split 'train'")
+    assert said[1] == f"removed {staging}, left by an interrupted conversion"
+    source = "train" if moved == "new images in" else "val"
+    assert _read_back(out / "data.yaml") == _expected(shapes, source)
+    assert not staging.exists()
 
 
 def _no_labels(tmp_path: Path, shapes: Path) -> Path:

@@ -12,7 +12,8 @@ Outputs are written as snapshots are: a json through a temporary file renamed ov
 split whole in a temporary folder beside it (`<out>/.<split>.<pid>-<start>.tmp`), swapped in
 with the stop signals held back, so that a split never holds a picture of one run beside a
 label of another. An interrupted conversion removes its temporary folder and says so; one
-killed outright leaves it, and the next conversion into that folder removes it. An output
+killed outright leaves it, and the next conversion into that folder removes it (finishing or
+undoing a swap it was killed in: `_recover`). An output
 that exists is replaced only with `exist_ok`, and never one that is an input.
 """
 
@@ -30,7 +31,13 @@ from pathlib import Path
 
 import yaml
 
-from core.utils.files import remove_stale_temp_files, temp_path, write_error, write_file_atomic
+from core.utils.files import (
+    dead_writers_temp_paths,
+    remove_stale_temp_files,
+    temp_path,
+    write_error,
+    write_file_atomic,
+)
 
 from .coco import parse_instances
 from .converted import Problems
@@ -177,8 +184,7 @@ def coco_to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: b
                  for image in json.load(file)["images"]}
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    for stale in remove_stale_temp_files(out, folders=True):
-        log(f"removed {stale}, left by an interrupted conversion")
+    _recover(out, log)
     staging = temp_path(out / split)
     try:
         starts = [0, *parsed["box_counts"].cumsum().tolist()]
@@ -201,10 +207,10 @@ def coco_to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: b
         raise
     counts = {"images": len(parsed["file_names"]), "objects": len(parsed["boxes"]),
               "classes": len(parsed["category_names"]), "crowds": len(parsed["crowds"])}
-    with _stops_held():
-        _swap_in(staging, split_dirs)
+    with _stops_held():  # data.yaml first: a split it names that is not there is refused
         write_file_atomic(out / "data.yaml", lambda file: file.write(data_yaml.encode()),
                           ELSEWHERE)
+        _swap_in(staging, split_dirs)
         log(f"wrote {out / 'data.yaml'}: split '{split}' with {counts['images']} images, "
             f"{counts['objects']} objects, {counts['classes']} classes; {counts['crowds']} "
             f"crowd regions left out (YOLO has none)")
@@ -231,9 +237,28 @@ def _stops_held() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
+def _recover(out: Path, log: Log) -> None:
+    """Finish what a conversion killed outright (`kill -9`) left in `out`, then remove its
+    temporary folder, saying so. Killed while its split was swapped in (`_swap_in`): the
+    swap is finished when a part of the new split took its place already, else undone (the
+    earlier split put back), so that a split is one conversion's, never a mix."""
+    for staging, name in dead_writers_temp_paths(out, folders=True).items():
+        split_dirs = [out / "images" / name, out / "labels" / name]
+        forward = staging.is_dir() and not (staging / "images").exists()
+        for kind, target in zip(("images", "labels"), split_dirs):
+            source = staging / (kind if forward else f"earlier-{kind}")
+            if source.exists() and not (target.exists() or target.is_symlink()):
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(source, target)
+                log(f"{'completed' if forward else 'restored'} {target} from {staging}, left "
+                    f"by a conversion killed while it replaced split '{name}'")
+    for stale in remove_stale_temp_files(out, folders=True):
+        log(f"removed {stale}, left by an interrupted conversion")
+
+
 def _swap_in(staging: Path, split_dirs: list[Path]) -> None:
     """The earlier split (images and labels both) moved into `staging`, the new one out of it
-    into place, `staging` removed."""
+    into place, `staging` removed (`_recover` finishes or undoes it after a `kill -9`)."""
     for kind, target in zip(("images", "labels"), split_dirs):
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.exists() or target.is_symlink():

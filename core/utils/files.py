@@ -196,15 +196,16 @@ def _free_text(folder: Path) -> str:
         return "free space unknown"
 
 
-def remove_stale_temp_files(folder: Path, folders: bool = False) -> list[Path]:
-    """Remove the temporary files in `folder` (not below it) whose writer is dead; with
-    `folders`, temporary folders of the same name pattern too (a conversion's unfinished split).
+def dead_writers_temp_paths(folder: Path, folders: bool = False) -> dict[Path, str]:
+    """The temporary files in `folder` (not below it) whose writer is dead, each with the name
+    of the target it was written for; with `folders`, temporary folders of the same name
+    pattern too (a conversion's unfinished split).
 
     A writer counts as dead when its pid is gone or now belongs to a process that started at
-    another time. Files whose name carries no pid, or whose writer lives, are kept (a
-    concurrent run may be writing them). Returns the removed paths, sorted.
+    another time. Files whose name carries no pid, or whose writer lives, are left out (a
+    concurrent run may be writing them). Sorted by path.
     """
-    removed = []
+    found = {}
     for path in sorted(Path(folder).glob(".*.tmp")):
         match = _TEMP.match(path.name)
         if match is None or path.is_symlink() or not (
@@ -213,13 +214,19 @@ def remove_stale_temp_files(folder: Path, folders: bool = False) -> list[Path]:
         writer = (int(match["pid"]), match["start"] or "")
         if writer[1] == "0":  # written where /proc was unreadable: judge by the pid alone
             writer = (writer[0], "")
-        if is_alive(writer):
-            continue
+        if not is_alive(writer):
+            found[path] = match["target"]
+    return found
+
+
+def remove_stale_temp_files(folder: Path, folders: bool = False) -> list[Path]:
+    """Remove `dead_writers_temp_paths(folder, folders)`; returns the removed paths, sorted."""
+    removed = list(dead_writers_temp_paths(folder, folders))
+    for path in removed:
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-        removed.append(path)
     return removed
 
 
