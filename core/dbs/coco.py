@@ -235,7 +235,8 @@ def _require(entry: object, keys: tuple[str, ...], what: str, path: Path) -> Non
             raise DatasetError(f"{path}: {what}: missing '{key}'")
 
 
-# The words for a dropped box, the same in the loader and in every converter.
+# The words for a clipped or dropped box, the same in the loader and in every converter.
+CLIPPED = "clipped to the image (they extended outside it)"
 ZERO_SIZE = "dropped (zero or negative width or height in the file)"
 OUTSIDE = "dropped (wholly outside the image: nothing left after clipping)"
 
@@ -413,7 +414,7 @@ def _tables(content: dict, coco2cls: dict[int, int], rows: dict[int, int],
     and the first that cannot be read is named in a DatasetError."""
     per_box: list[list[list[float]]] = [[] for _ in rows]
     per_crowd: list[list[list[float]]] = [[] for _ in rows]
-    clipped = _Problems("clipped to the image (they extended outside it)")
+    clipped = _Problems(CLIPPED)
     zero, outside = _Problems(ZERO_SIZE), _Problems(OUTSIDE)
     clipped_images: list[list] = []  # [file_name, declared width, height] of the first three
     for index, ann in enumerate(content.get("annotations", [])):
@@ -521,7 +522,7 @@ def _messages(content: dict, flags: np.ndarray, rows: dict[int, int],
                 f"{height:g} image id {ann['image_id']}")
 
     problems = []
-    for bit, what in ((1, "clipped to the image (they extended outside it)"), (2, ZERO_SIZE),
+    for bit, what in ((1, CLIPPED), (2, ZERO_SIZE),
                       (4, OUTSIDE)):
         hits = np.flatnonzero(flags & bit)
         if len(hits):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
@@ -25,23 +26,30 @@ import cv2
 from core.config import DatasetSettings
 from core.utils.files import StorageError, write_file_atomic
 
-from .coco import COCO, dropped_why
+from .coco import CLIPPED, COCO, dropped_why
 from .detection import DatasetError
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")
 
+# A clip by less is not said: it is the rounding of a 6-decimal YOLO line (0.01 pixel on an
+# image of 10000), as coco2yolo writes them.
+_SAID_PX = 0.01
+
 # Part of the cache key: bump it when a reader's output changes.
-_CONVERT_VERSION = 3  # 3: VOC notes the images no xml names
+_CONVERT_VERSION = 4  # 4: boxes clipped and said here; a split without label files said; VOC
+                      # notes the images no xml names
 
 
 class Problems:
     """Bad label lines and files, by kind: counted with the first example, or refused at once
     when `strict` (the error then names the file and line and says how to go on)."""
 
-    def __init__(self, strict: bool) -> None:
+    def __init__(self, strict: bool, log: Callable[[str], None] | None = None) -> None:
         self.strict = strict
+        self.log = log
         self.kinds: dict[str, list] = {}  # kind -> [count, first example]
         self.notes: dict[str, list] = {}
+        self.warnings: list[str] = []
 
     def add(self, kind: str, where: str, detail: str) -> None:
         example = f"{where}: {detail}"
@@ -56,9 +64,23 @@ class Problems:
         entry = self.notes.setdefault(kind, [0, f"{where}: {detail}"])
         entry[0] += 1
 
+    def warn(self, message: str) -> None:
+        """Something about the whole split a person should know before training on it (no
+        label files): said to `log` at once when there is one (a conversion's start), else kept
+        with the messages (the loader says them, and its cache keeps them)."""
+        if self.log is not None:
+            self.log(f"warning: {message}")
+        else:
+            self.warnings.append(f"warning: {message}")
+
+    def left_out(self) -> list[str]:
+        """The messages of what was left out (what `strict` refuses)."""
+        return [f"{kind}: {count} left out, e.g. {example}"
+                for kind, (count, example) in self.kinds.items()]
+
     def messages(self) -> list[str]:
-        return ([f"{kind}: {count} left out, e.g. {example}"
-                 for kind, (count, example) in self.kinds.items()] +
+        """Every message: the warnings, what was left out, what was read in another way."""
+        return (self.warnings + self.left_out() +
                 [f"{kind}: {count}, e.g. {example}"
                  for kind, (count, example) in self.notes.items()])
 
@@ -119,19 +141,25 @@ def coco_dict(images: list[tuple[str, int, int]], boxes: list[list[tuple]],
               names: list[str], problems: Problems | None = None) -> dict:
     """A COCO instances dict: images [(file name, width, height)], per image boxes
     [(x1, y1, x2, y2, class index 0..C-1, crowd, source line)], category ids 1..C named
-    `names`; each annotation's `source` names its label line in messages. A box the loader
-    would drop (zero size, or wholly outside its image) is left out here and noted in
-    `problems` in the loader's words, so that converted files hold only boxes it keeps."""
+    `names`; each annotation's `source` names its label line in messages. The loader's rules
+    are applied here, in its words, each change noted in `problems`: a box that reaches outside
+    its image is clipped to it, one of zero size or wholly outside it is left out, so that a
+    converted file holds exactly the boxes the loader keeps."""
     annotations = []
     for image_id, per_image in enumerate(boxes, start=1):
         width, height = images[image_id - 1][1:]
         for x1, y1, x2, y2, cls, crowd, source in per_image:
+            written = f"[{x1:g}, {y1:g}, {x2:g}, {y2:g}] in the {width}x{height} image"
             why = dropped_why([x1, y1, x2, y2], width, height)
             if why:
                 if problems is not None:
-                    problems.note(f"boxes {why}", source, f"[{x1:g}, {y1:g}, {x2:g}, {y2:g}] "
-                                  f"in the {width}x{height} image")
+                    problems.note(f"boxes {why}", source, written)
                 continue
+            clipped = (max(x1, 0.0), max(y1, 0.0), min(x2, width), min(y2, height))
+            moved = max(abs(a - b) for a, b in zip(clipped, (x1, y1, x2, y2)))
+            if moved > _SAID_PX and problems is not None:
+                problems.note(f"boxes {CLIPPED}", source, written)
+            x1, y1, x2, y2 = clipped
             w, h = x2 - x1, y2 - y1
             annotations.append({"id": len(annotations) + 1, "image_id": image_id,
                                 "category_id": int(cls) + 1, "bbox": [x1, y1, w, h],
@@ -156,28 +184,32 @@ class Converted(COCO):
         json_file, problems_file = cache_dir / f"{stem}.json", cache_dir / f"{stem}.problems"
         problems = Problems(settings.strict_images)
         try:
-            messages = json.loads(problems_file.read_text()) if json_file.is_file() else None
+            said = json.loads(problems_file.read_text()) if json_file.is_file() else None
         except (OSError, ValueError):
-            messages = None
-        if not isinstance(messages, list):
+            said = None
+        if not (isinstance(said, dict) and isinstance(said.get("messages"), list) and
+                isinstance(said.get("left_out"), list)):
             content = self._convert(split, settings, problems)
-            messages = problems.messages()
+            said = {"messages": problems.messages(), "left_out": problems.left_out()}
             self._check_categories(len(content["categories"]), where)
             try:
                 write_file_atomic(json_file, lambda file: file.write(
                     json.dumps(content).encode()))
                 write_file_atomic(problems_file, lambda file: file.write(
-                    json.dumps(messages).encode()))
+                    json.dumps(said).encode()))
             except StorageError as err:
                 raise DatasetError(f"cannot write the converted labels of {where} to the "
                                    f"dataset cache ({err}); set system.cache_dir to a writable "
                                    f"folder") from None
-        elif messages and problems.strict:
-            raise DatasetError(f"{messages[0]}; fix the file, or set system.strict_images to "
-                               f"false to leave such entries out with a warning")
+        elif said["left_out"] and problems.strict:  # converted by a run that was not strict
+            raise DatasetError(f"{said['left_out'][0]}; fix the file, or set "
+                               f"system.strict_images to false to leave such entries out with "
+                               f"a warning")
+        messages = said["messages"]
         for message in messages:
             self.log(message)
-        self._load_problems = [f"{where}: {message}" for message in messages]
+        self._load_problems = [message if message.startswith("warning: ") else  # named
+                               f"{where}: {message}" for message in messages]
         self._load(image_dir, json_file, cache_dir, training=split == settings.train_split)
 
     def _check_categories(self, count: int, where: str) -> None:

@@ -76,6 +76,11 @@ def image_file(voc_root: Path, xml_file: Path, filename: str | None,
         suffixes = IMAGE_SUFFIXES + tuple(suffix.upper() for suffix in IMAGE_SUFFIXES)
         others = [folder / f"{stem}{suffix}" for suffix in suffixes
                   if (folder / f"{stem}{suffix}").is_file()]
+        if len(others) > 1:  # images of one stem: whose the boxes are, only the name says
+            raise DatasetError(f"{xml_file}: <filename> {name} is not in {folder}, and the "
+                               f"images of its stem are {len(others)} ({others[0].name} and "
+                               f"{others[1].name}): which one the boxes belong to is unknown; "
+                               f"write the image's whole name in <filename>")
         if others:
             problems.note("images read under another extension than their xml's filename",
                           str(xml_file), f"<filename> says {name}, read {others[0].name}")
@@ -198,6 +203,7 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
     known = names or all_names(voc_root)
     index = {name: k for k, name in enumerate(known)}
     images, boxes = [], []
+    named_by: dict[Path, Path] = {}
     for xml_file in xml_files:
         if not xml_file.is_file():
             problems.add("images without an annotation file", str(xml_file),
@@ -207,14 +213,24 @@ def read_split(voc_root: Path, split: str, names: list[str] | None,
         image = None if content is None else image_file(voc_root, xml_file, content[0], problems)
         if image is None:
             continue
-        _, (width, height), objects = content
-        if width <= 0 or height <= 0:
-            size = image_size(image)
-            if size is None:
-                problems.add("unreadable images", str(image),
-                             "its xml gives no size and the image cannot be read")
-                continue
-            width, height = size
+        if named_by.get(image) == xml_file:  # listed twice in the list file: read once
+            continue
+        if image in named_by:  # keyed by the whole image name: one xml an image
+            raise DatasetError(f"{xml_file} and {named_by[image]} both annotate {image}; "
+                               f"merge them into one, or correct the <filename> of the other")
+        named_by[image] = xml_file
+        _, declared, objects = content
+        size = image_size(image)
+        if size is None and min(declared) <= 0:
+            problems.add("unreadable images", str(image),
+                         "its xml gives no size and the image cannot be read")
+            continue
+        if size is not None and min(declared) > 0 and size != declared:
+            problems.note("image sizes the xml contradicts", str(xml_file),
+                          f"<size> says {declared[0]}x{declared[1]} but {image.name} is "
+                          f"{size[0]}x{size[1]}: the image's size is used and the boxes are "
+                          f"clipped to it; check that they were drawn on this image")
+        width, height = size or declared
         rows = []
         for name, x1, y1, x2, y2, difficult, where in objects:
             if name not in index:

@@ -188,12 +188,41 @@ def parse_label_line(line: str, where: str, num_classes: int, problems: Problems
             where)
 
 
+def _check_label_files(images: list[Path], split: str, data_yaml: Path,
+                       problems: Problems) -> None:
+    """Each label file serves one image: two images of one stem (`a.jpg`, `a.png`) would both
+    take `a.txt`, so the split is refused naming both. A split where most images have no label
+    file (a lost or misplaced labels/ folder) is warned before anything else is read."""
+    by_label: dict[Path, list[Path]] = {}
+    for image in dict.fromkeys(images):
+        by_label.setdefault(label_path(image), []).append(image)
+    shared = [(label, group) for label, group in by_label.items()
+              if len(group) > 1 and label.is_file()]
+    if shared:
+        label, group = shared[0]
+        raise DatasetError(f"{data_yaml}: split '{split}': {len(shared)} label file(s) would "
+                           f"serve two images, e.g. {group[0]} and {group[1]} both take "
+                           f"{label} (the label rule drops the extension); rename all but one "
+                           f"of them and give each its own label file")
+    found = sum(label.is_file() for label in by_label)
+    if images and found * 2 < len(by_label):
+        expected = next(label for label in by_label if not label.is_file())
+        said = ("no label file for any" if not found else
+                f"label files for only {found}")
+        problems.warn(f"{data_yaml}: split '{split}': {said} of its {len(by_label)} images "
+                      f"(e.g. {expected} is missing): an image without one counts as a "
+                      f"background image, with no objects; labels belong in the labels/ "
+                      f"folder beside images/ (.../images/a.jpg -> .../labels/a.txt)")
+
+
 def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, dict]:
     """(image root, COCO instances dict) of one split of a YOLO dataset."""
     data = read_data_yaml(data_yaml)
     root, names = data["root"], data["names"]
     images, boxes = [], []
-    for image in split_images(data, split, data_yaml):
+    listed = split_images(data, split, data_yaml)
+    _check_label_files(listed, split, data_yaml, problems)
+    for image in listed:
         size = image_size(image)
         if size is None:
             problems.add("unreadable images", str(image), "cannot read its size (missing, "

@@ -106,6 +106,17 @@ def _check_val_split(make_val_db: Callable[[], DETECTION], split: str) -> None:
                            f"system.val_iter to 0")
 
 
+def _check_objects(training_db: DETECTION, system_config: SystemConfig) -> None:
+    """A training split without a single object has nothing to learn: one line, not a run
+    that trains on background alone (the loader's lines above it say what it found)."""
+    if not any(len(training_db.detections(ind)) for ind in range(len(training_db))):
+        raise DatasetError(f"the training split '{system_config.train_split}' "
+                           f"({system_config.dataset}) has no object in its {len(training_db)} "
+                           f"images: nothing to learn; put its labels where the loader reads "
+                           f"them (cornernet check {system_config.snapshot_name} says what it "
+                           f"found)")
+
+
 def write_config(nnet: NetworkFactory, folder: Path) -> Path:
     """The resolved config (as every snapshot records it) as `folder`/config.json, atomically."""
     path = folder / RUN_CONFIG
@@ -176,6 +187,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         _check_storage(system_config, log)
     training_db = make_here(split=system_config.train_split)
+    _check_objects(training_db, system_config)
     shared = 0
     if rank == 0 and not args.initialize:
         # The validation split's first loading in this run: its loader lines are said here.

@@ -18,6 +18,7 @@ import io
 import math
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -120,14 +121,16 @@ class _FdWriter:
         """Writes go straight to the descriptor; nothing is buffered here."""
 
 
-def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any],
+                      elsewhere: str = "set system.cache_dir to another disk") -> None:
     """Call `write(file)` on a temporary file beside `path`, fsync it, rename it over `path`.
 
     The file gets the permissions of any new file (0666 less the umask). A crash at any
     moment leaves the old file or the new one, never a torn one. Raises DiskFull when the
     disk or quota is full and NotWritable for any other OSError, each naming `path`; the
     previous `path` is then unchanged, and a failure to remove the temporary file is added to
-    the message, never put in the first error's place.
+    the message, never put in the first error's place. `elsewhere` is the way out a full disk
+    names besides freeing space.
     """
     path = Path(path)
     tmp = temp_path(path)
@@ -146,7 +149,7 @@ def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any]) -> None:
         cause = writer.error if writer is not None and writer.error is not None else err
         leftover = _remove_quietly(tmp)
         if isinstance(cause, OSError):
-            raise _write_error(path, cause, leftover) from err
+            raise write_error(path, cause, leftover, elsewhere) from err
         raise
 
 
@@ -175,11 +178,14 @@ def _remove_quietly(path: Path) -> str:
     return ""
 
 
-def _write_error(path: Path, err: OSError, leftover: str) -> StorageError:
+def write_error(path: Path, err: OSError, leftover: str = "",
+                elsewhere: str = "set system.cache_dir to another disk") -> StorageError:
+    """The OSError of writing `path` as one line naming it: DiskFull (with the free space
+    there) for a full disk or quota, else NotWritable."""
     if err.errno in _FULL:
         return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); the "
-                        f"previous file is unchanged; free some space or set "
-                        f"system.cache_dir to another disk{leftover}", err.errno)
+                        f"previous file is unchanged; free some space or {elsewhere}"
+                        f"{leftover}", err.errno)
     return NotWritable(f"cannot write {path}: {err.strerror or err}{leftover}", err.errno)
 
 
@@ -190,25 +196,37 @@ def _free_text(folder: Path) -> str:
         return "free space unknown"
 
 
-def remove_stale_temp_files(folder: Path) -> list[Path]:
-    """Remove the temporary files in `folder` (not below it) whose writer is dead.
+def dead_writers_temp_paths(folder: Path, folders: bool = False) -> dict[Path, str]:
+    """The temporary files in `folder` (not below it) whose writer is dead, each with the name
+    of the target it was written for; with `folders`, temporary folders of the same name
+    pattern too (a conversion's unfinished split).
 
     A writer counts as dead when its pid is gone or now belongs to a process that started at
-    another time. Files whose name carries no pid, or whose writer lives, are kept (a
-    concurrent run may be writing them). Returns the removed paths, sorted.
+    another time. Files whose name carries no pid, or whose writer lives, are left out (a
+    concurrent run may be writing them). Sorted by path.
     """
-    removed = []
+    found = {}
     for path in sorted(Path(folder).glob(".*.tmp")):
         match = _TEMP.match(path.name)
-        if match is None or not path.is_file():
+        if match is None or path.is_symlink() or not (
+                path.is_file() or (folders and path.is_dir())):
             continue
         writer = (int(match["pid"]), match["start"] or "")
         if writer[1] == "0":  # written where /proc was unreadable: judge by the pid alone
             writer = (writer[0], "")
-        if is_alive(writer):
-            continue
-        path.unlink(missing_ok=True)
-        removed.append(path)
+        if not is_alive(writer):
+            found[path] = match["target"]
+    return found
+
+
+def remove_stale_temp_files(folder: Path, folders: bool = False) -> list[Path]:
+    """Remove `dead_writers_temp_paths(folder, folders)`; returns the removed paths, sorted."""
+    removed = list(dead_writers_temp_paths(folder, folders))
+    for path in removed:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return removed
 
 

@@ -11,6 +11,10 @@ iscrowd 1; the image folder to set as db.image_dirs is printed. YOLO gets <out>/
 (links, or copies with --copy; refused when an image is missing), <out>/labels/<split>/ with
 `class cx cy w h` to 6 decimals, and <out>/data.yaml with the names in id order and no `path:`
 (the root is its own folder). YOLO has no crowd regions: they are left out and counted.
+
+An output is written whole or not at all (a temporary name beside it, renamed into place; a
+stop removes it and says so). An output that exists (a json, or the split in a YOLO folder) is
+refused unless --exist-ok, and then replaced whole; an output that is an input is refused.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     coco.add_argument("out", type=Path)
     coco.add_argument("--split", default="train", help="the split's name in data.yaml")
     coco.add_argument("--copy", action="store_true", help="copy the images instead of linking")
+    for command in (yolo, voc, coco):
+        command.add_argument("--exist-ok", action="store_true",
+                             help="replace an earlier conversion's output (the json, or the "
+                                  "split in the YOLO folder) whole")
     return parser.parse_args(argv)
 
 
@@ -63,25 +71,42 @@ def check_out(args: argparse.Namespace) -> None:
                          "images/, labels/): name a folder")
 
 
+def _inputs(args: argparse.Namespace) -> list[Path]:
+    """The files a json conversion reads, which its output must not be: the data.yaml, the
+    split's images and label files; or the VOC split's list file and xml files."""
+    from core.dbs.voc import split_files
+    from core.dbs.yolo import label_path, read_data_yaml, split_images
+
+    if args.command == "yolo2coco":
+        images = split_images(read_data_yaml(args.data_yaml), args.split, args.data_yaml)
+        return [args.data_yaml, *images, *map(label_path, images)]
+    xml_files, listing = split_files(args.voc_root, args.split)
+    return [*xml_files, *([listing] if listing else [])]
+
+
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     """Convert as the options say; returns what was written (the json, or the YOLO folder)."""
-    from core.dbs.convert import coco_to_yolo, to_coco
+    from core.dbs.convert import check_absent, check_not_input, coco_to_yolo, to_coco
     from core.dbs.converted import Problems
     from core.dbs.detection import DatasetError
     from core.dbs.voc import read_split as read_voc
     from core.dbs.yolo import read_split as read_yolo
 
     check_out(args)
-    problems = Problems(strict=False)
+    problems = Problems(strict=False, log=log)  # a whole split's warning: said at the start
     try:
+        if args.command != "coco2yolo":
+            check_not_input([args.out], _inputs(args))
+            check_absent([args.out], args.exist_ok, "exists (an earlier conversion's json?)")
         if args.command == "yolo2coco":
             to_coco(*read_yolo(args.data_yaml, args.split, problems), problems, args.out, log)
         elif args.command == "voc2coco":
             to_coco(*read_voc(args.voc_root, args.split, args.names, problems), problems,
                     args.out, log)
         else:
-            coco_to_yolo(args.annotations, args.images, args.out, args.split, args.copy, log)
+            coco_to_yolo(args.annotations, args.images, args.out, args.split, args.copy, log,
+                         exist_ok=args.exist_ok)
     except (DatasetError, FileNotFoundError) as err:
         raise UsageError(str(err)) from None
     return args.out
@@ -89,7 +114,8 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table (core/engine/cli.py)."""
-    return exit_status(lambda: run(parse_args(argv, prog)))
+    return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: (
+        "an output takes its name only when whole: nothing half-written is left"))
 
 
 if __name__ == "__main__":
