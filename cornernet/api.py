@@ -55,7 +55,6 @@ def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
           device: str | None = None, resume: str = "0", **overrides: Any) -> TrainResult:
     """Train `config` as `cornernet train` does, with settings changed by keyword
     (`max_iter=2`, `db__input_size=[255, 255]`); returns a `TrainResult`."""
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.config import load_config
 
     from .commands import train as command

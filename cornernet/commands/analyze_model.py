@@ -91,7 +91,6 @@ def format_report(report: dict) -> str:
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.models.fit import check_input_fit
     from core.utils.device import resolve_device
 

@@ -44,8 +44,6 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
         if cache_dir is not None:
             raise MetricsError("--cache-dir goes with a config name, not with a metrics file")
         return Path(target)
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
-
     system_config, _ = load_config(target)
     if cache_dir is not None:
         system_config = system_config.replace(cache_dir=str(Path(cache_dir).resolve()))
