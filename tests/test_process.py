@@ -29,6 +29,23 @@ def run_python(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           timeout=300, env={**environ, "PYTHONPATH": str(ROOT)}, check=False)
 
 
+def test_submit_help_works_without_submitit(tmp_path):
+    done = run_python("-c", "import sys; sys.modules['submitit'] = None\n"
+                      "from cornernet.cli import main\n"
+                      "raise SystemExit(main(['submit', '--help']))", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "usage: cornernet submit" in done.stdout and "--gpus-per-node" in done.stdout
+
+
+def test_submit_without_submitit_is_one_line_naming_the_install(tmp_path):
+    done = run_python("-c", "import sys; sys.modules['submitit'] = None\n"
+                      "from cornernet.cli import main\n"
+                      "raise SystemExit(main(['submit', 'CornerNet_Tiny']))", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "submitit" in lines[0] and "pip install" in lines[0]
+
+
 def test_load_config_needs_nothing_imported_before_it(tmp_path):
     """In a fresh interpreter: the built-in datasets' db keys are known (a COCO key is checked,
     a misspelt one refused) without importing core.dbs first."""
