@@ -125,7 +125,10 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
 
 def _forward_signals(processes: list) -> dict:
     """Forward SIGTERM and SIGHUP to the live processes and ignore SIGINT here (the terminal
-    sends it to every process already); returns the handlers to put back."""
+    sends it to every process already); returns the handlers to put back. Off the main thread
+    nothing is installed (`stop.signals_here`)."""
+    if not stop.signals_here():
+        return {}
 
     def forward(signum: int, frame: object) -> None:
         for proc in processes:

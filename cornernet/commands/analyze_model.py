@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, SystemConfig, load_config
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 
 if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no torch
     import torch

@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import load_config
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
 from core.engine.metrics import read_lines
+from core.engine.process import keeps_process
 from core.errors import UsageError
 
 

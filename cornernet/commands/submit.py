@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, config_path
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
 
