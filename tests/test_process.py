@@ -37,6 +37,30 @@ def run_python(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+def test_a_script_without_the_main_guard_ends_in_one_line_and_trains_once(tmp_path):
+    """The README's call in a script without `if __name__ == "__main__":` (the prefetch worker
+    imports the script again): one line naming the script and the guard, exit 2, no worker
+    traceback, no second training and no snapshot."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent(f"""\
+        import cornernet
+        print("script starts", flush=True)
+        done = cornernet.train("CornerNet_Tiny", **{TINY!r}, **{folders(tmp_path)!r})
+        print("trained with status", done.status, flush=True)
+        raise SystemExit(done.status)
+        """))
+    done = run_python(str(script), cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2, done.stderr
+    assert len(errors) == 1 and errors[0].startswith("error: prefetch worker"), errors
+    assert str(script) in errors[0] and 'if __name__ == "__main__":' in errors[0]
+    assert "Traceback" not in done.stderr and "in use by the run" not in done.stderr
+    assert done.stdout.count("trained with status") == 1  # only the script's own run ended
+    assert done.stdout.count("training images:") == 1  # the worker trained nothing
+    assert not list((tmp_path / "cache").rglob("*.pkl"))
+
+
+@pytest.mark.slow
 def test_train_gives_the_callers_torch_back(tmp_path):
     """Determinism (and warn_only), the random states and the thread count set before
     cornernet.train() are the same after it."""

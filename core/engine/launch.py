@@ -175,6 +175,8 @@ def _stop_all(processes: list, failed: list, reports: Any, received: list[tuple[
     print(flush=True)  # a killed rank 0 leaves its progress bar's line open
     print(_cause(processes, failed, received, first_rank), file=sys.stderr, flush=True)
     code = failed[0].exitcode
+    if code == lifetime.REIMPORTED_MAIN:
+        return 2  # the user's mistake: the main script calls the command at its top level
     return code if code and code > 0 else 1
 
 
@@ -184,6 +186,9 @@ def _cause(processes: list, failed: list, received: list[tuple[int, str]],
     signal without a word, else the first report (a rank's own, if it reported and then died)."""
     reported = dict(reversed(received))  # local rank -> its first report
     for proc in failed:
+        if proc.exitcode == lifetime.REIMPORTED_MAIN:
+            rank = first_rank + processes.index(proc)
+            return f"error: {lifetime.UnguardedMain(f'rank {rank} (pid {proc.pid})')}"
         if proc.exitcode < 0 and processes.index(proc) in reported:
             received = [(processes.index(proc), reported[processes.index(proc)])]
             break  # it reported its error, then died tearing down: the report is the cause

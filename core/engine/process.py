@@ -10,6 +10,8 @@ what it leaves as it is, and why.
 - Signal handlers belong to the main thread: Python runs them there, and only there may they be
   installed. On any other thread a command installs none (core/engine/stop.py), so Ctrl-C and
   SIGTERM do not stop it and act on the main thread as before; it says so once per process.
+- A command reached while this process is a child still importing its parent's main script
+  (a script without `if __name__ == "__main__":`) leaves at once (`core.utils.procs`).
 
 This module imports no torch, numpy or random: an entry reads its module only where the process
 has imported it.
@@ -27,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..utils.procs import leave_if_reimported
 from ..utils.threads import torch_own_threads
 from .stop import signals_here
 
@@ -196,6 +199,7 @@ def _say_off_main() -> None:
 @contextlib.contextmanager
 def process_kept() -> Iterator[None]:
     """A block after which everything KEPT is as it was before, whether it returns or raises."""
+    leave_if_reimported()  # a child importing an unguarded main script: leave before any work
     _say_off_main()
     saved = read_kept()
     try:
