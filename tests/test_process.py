@@ -60,6 +60,22 @@ def test_a_script_without_the_main_guard_ends_in_one_line_and_trains_once(tmp_pa
     assert not list((tmp_path / "cache").rglob("*.pkl"))
 
 
+def test_a_spawned_rank_that_reached_the_unguarded_command_is_one_line_exit_2(capsys):
+    """The launcher's side (mp.spawn ranks import the script too): a rank that left with
+    REIMPORTED_MAIN ends the run in the guard's one line, exit 2, naming the rank."""
+    from types import SimpleNamespace
+
+    from core.engine.launch import _stop_all
+    from core.utils.procs import REIMPORTED_MAIN
+
+    ranks = [SimpleNamespace(exitcode=REIMPORTED_MAIN, pid=41, join=lambda: None),
+             SimpleNamespace(exitcode=0, pid=42, join=lambda: None)]
+    assert _stop_all(ranks, ranks[:1], SimpleNamespace(empty=lambda: True), [], 4) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: rank 4 (pid 41) stopped at its start")
+    assert 'if __name__ == "__main__":' in lines[0]
+
+
 @pytest.mark.slow
 def test_train_gives_the_callers_torch_back(tmp_path):
     """Determinism (and warn_only), the random states and the thread count set before
