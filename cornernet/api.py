@@ -1,8 +1,10 @@
 """`train`, `evaluate` and `benchmark` from Python: the commands' `run`, in this process.
 
-Each returns what its command produced, built in memory (no file is read back), and leaves the
-process as it found it: signal handlers, torch's thread count, the environment
-(`core.engine.cli.keeps_process`), so that Ctrl-C works as before in a notebook afterwards.
+Each returns what its command produced, built in memory (no file is read back), from any thread,
+and leaves the process as it found it (`core.engine.process.KEPT`: signal handlers, the
+environment, torch's threads, determinism and random states), so that Ctrl-C and a seed set
+before work as before in a notebook afterwards. In a script, call them under
+`if __name__ == "__main__":` (training's workers import the script again).
 """
 
 from __future__ import annotations
