@@ -75,19 +75,14 @@ class UnguardedMain(UserMistake):
                          f'`if __name__ == "__main__":` (docs/prediction-and-api.md)')
 
 
-def importing_parents_main() -> bool:
-    """Whether this process is a child of spawn or a fork server still importing its parent's
-    main script (multiprocessing's `_inheriting`, set while the child prepares and unpickles
-    its work, the one moment a command can be reached from there)."""
+def leave_if_reimported() -> None:
+    """Leave at once, silently, with REIMPORTED_MAIN when this process is a child of spawn or a
+    fork server still importing its parent's main script: multiprocessing's `_inheriting` is
+    set while the child prepares and unpickles its work, the one moment a command can be
+    reached from there. The parent says why, in one line (`UnguardedMain`)."""
     import multiprocessing
 
-    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
-
-
-def leave_if_reimported() -> None:
-    """Leave at once, silently, with REIMPORTED_MAIN when this process is a child importing its
-    parent's main script (`importing_parents_main`): the parent says why, in one line."""
-    if importing_parents_main():
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
         os._exit(REIMPORTED_MAIN)
 
 
