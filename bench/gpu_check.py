@@ -130,7 +130,6 @@ def write_configs(root: Path, coco128: Path | None, tiny: bool = False,
 def fit_workers(config_dir: Path, name: str, workers: int) -> int:
     """The most prefetch workers, up to `workers`, whose rings fit the free /dev/shm (train.py
     refuses a run that does not fit; a small /dev/shm costs workers, not the row)."""
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.config import load_config
     from core.data.ring import shm_need
     from core.utils.files import disk_free

@@ -1,8 +1,10 @@
 """`train`, `evaluate` and `benchmark` from Python: the commands' `run`, in this process.
 
-Each returns what its command produced, built in memory (no file is read back), and leaves the
-process as it found it: signal handlers, torch's thread count, the environment
-(`core.engine.cli.keeps_process`), so that Ctrl-C works as before in a notebook afterwards.
+Each returns what its command produced, built in memory (no file is read back), from any thread,
+and leaves the process as it found it (`core.engine.process.KEPT`: signal handlers, the
+environment, torch's threads, determinism and random states), so that Ctrl-C and a seed set
+before work as before in a notebook afterwards. In a script, call them under
+`if __name__ == "__main__":` (training's workers import the script again).
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
           device: str | None = None, resume: str = "0", **overrides: Any) -> TrainResult:
     """Train `config` as `cornernet train` does, with settings changed by keyword
     (`max_iter=2`, `db__input_size=[255, 255]`); returns a `TrainResult`."""
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.config import load_config
 
     from .commands import train as command

@@ -10,12 +10,12 @@ and gives back what `subprocess.run(..., capture_output=True, text=True)` gives:
 (the command's status; for a file, from `sys.exit`, 0 when it returns, 1 for an exception that
 escapes, as the interpreter would), `stdout` and `stderr`.
 
-A command's `run` puts back the signal handlers, the signal mask, torch's thread count and the
-environment itself (`core.engine.cli.keeps_process`); what else one run changes for the whole
-process is put back here afterwards, and those too for the bench files: determinism flags and
-random states, numpy's and Python's random states, the working folder, `sys.argv`, warning
-filters and root logging handlers, and the snapshot-folder locks (released at exit in a real
-process).
+What a command's `run` gives back (core/engine/process.py's one list, `KEPT`: signal handlers
+and mask, the environment, torch's threads, determinism and random states, numpy's and Python's
+random states) is put back here too, with that list, for the files that are no command (bench/);
+what the list leaves to the caller is put back here after every run: the working folder,
+`sys.argv`, warning filters and root logging handlers, and the snapshot-folder locks (released at
+exit in a real process).
 
 What a process of its own still owns, and is still tested with one: signals sent from outside,
 a killed or hung process, the exit of child processes with their parent, the launchers
@@ -30,7 +30,6 @@ import importlib
 import io
 import logging
 import os
-import random
 import runpy
 import signal
 import sys
@@ -40,8 +39,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from core.engine.process import put_back, read_kept
 
 ROOT = Path(__file__).resolve().parents[1]
 # The checkout's entry scripts: each is `main` of a command module (cornernet/commands/), which
@@ -51,7 +51,6 @@ COMMANDS = {"train.py": "train", "test.py": "test", "demo.py": "predict",
             "tools/analyze_model.py": "analyze_model", "tools/check_data.py": "check",
             "tools/convert.py": "convert", "tools/benchmark.py": "benchmark",
             "tools/submit.py": "submit", "tools/plot_metrics.py": "plot"}
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 @dataclass
@@ -77,19 +76,11 @@ def _status(code: object, stderr: io.StringIO) -> int:
 
 
 class _Saved:
-    """The process-wide state a script may change, captured before and restored after it."""
+    """The process-wide state a script may change, captured before and restored after it: the
+    commands' list (`KEPT`) and what it leaves to the caller."""
 
     def __init__(self) -> None:
-        self.handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
-        self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-        self.threads = torch.get_num_threads()
-        self.deterministic = torch.are_deterministic_algorithms_enabled()
-        self.warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-        self.cudnn = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
-        self.torch_rng = torch.get_rng_state()
-        self.np_rng = np.random.get_state()
-        self.py_rng = random.getstate()
-        self.environ = dict(os.environ)
+        self.kept = read_kept()
         self.cwd = os.getcwd()
         self.argv = list(sys.argv)
         self.log_handlers = list(logging.getLogger().handlers)
@@ -98,21 +89,7 @@ class _Saved:
     def restore(self) -> None:
         from core.utils import lock
         lock.release_all()  # a process releases its locks when it ends
-        for sig, handler in self.handlers.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
-        torch.set_num_threads(self.threads)
-        # Only when changed: the call imports torch._dynamo and inductor (3-20 s) the first time.
-        if (torch.are_deterministic_algorithms_enabled(),
-                torch.is_deterministic_algorithms_warn_only_enabled()) != (self.deterministic,
-                                                                          self.warn_only):
-            torch.use_deterministic_algorithms(self.deterministic, warn_only=self.warn_only)
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = self.cudnn
-        torch.set_rng_state(self.torch_rng)
-        np.random.set_state(self.np_rng)
-        random.setstate(self.py_rng)
-        os.environ.clear()
-        os.environ.update(self.environ)
+        put_back(self.kept)
         os.chdir(self.cwd)
         sys.argv[:] = self.argv
         root = logging.getLogger()

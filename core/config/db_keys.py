@@ -1,6 +1,8 @@
 """The db keys that datasets declare: each dataset class names the keys it reads beyond the
 common ones (`DETECTION.db_keys`), and which of them are paths; registering the dataset
-(`core.dbs.register_dataset`) declares them here.
+(`core.dbs.register_dataset`) declares them here. The built-in datasets' keys are written here
+(`BUILTIN`, which their classes take as their `db_keys`) and declared with this module, so that
+a config is checked with nothing imported before `load_config`.
 
 What reads the declarations, with no list of its own: the config schema (a declared key is
 accepted with its type and default, a misspelt one refused), the refusal of another dataset's
@@ -32,8 +34,17 @@ class DbKey:
         return self.default, self.types, self.nullable
 
 
+# COCO's split key -> image folder and split key -> annotation json (both paths); Shapes is a
+# COCO; YOLO's data.yaml; VOC's devkit folder and class names.
+_COCO = {"image_dirs": DbKey(None, (dict,), path=True),
+         "annotation_files": DbKey(None, (dict,), path=True)}
+BUILTIN: dict[str, dict[str, DbKey]] = {
+    "COCO": _COCO, "Shapes": _COCO,
+    "VOC": {"voc_root": DbKey(None, (str,), path=True), "names": DbKey(None, (list,))},
+    "YOLO": {"data_yaml": DbKey(None, (str,), path=True)}}
+
 # dataset name -> the db keys it reads beyond the common ones, as it declared them
-DECLARED: dict[str, dict[str, DbKey]] = {}
+DECLARED: dict[str, dict[str, DbKey]] = {name: dict(keys) for name, keys in BUILTIN.items()}
 
 
 def declare(dataset: str, keys: Mapping[str, DbKey]) -> None:
@@ -49,9 +60,6 @@ def declare(dataset: str, keys: Mapping[str, DbKey]) -> None:
 
 def declared_keys() -> dict[str, DbKey]:
     """Every declared db key, whichever dataset declared it."""
-    if not DECLARED:
-        raise RuntimeError("no dataset has declared its db keys: import core.dbs (which "
-                           "registers the datasets) before checking a db config")
     return {key: spec for keys in DECLARED.values() for key, spec in keys.items()}
 
 

@@ -37,7 +37,7 @@ import torch
 from ..errors import ConfigError, RunFailure, Stopped
 from ..utils.device import resolve_device
 from ..utils.images import collect_decoder_warnings, take_decoder_warnings
-from ..utils.procs import is_alive, process_identity
+from ..utils.procs import REIMPORTED_MAIN, UnguardedMain, is_alive, process_identity
 from .chunks import Deal
 from .ring import ring_slots
 from .stream import batch_rng, stream_indices
@@ -227,7 +227,8 @@ class Prefetcher:
             self._hand_over(w, record)
 
     def check_alive(self) -> None:
-        """Raise WorkerError if a worker process died without a word.
+        """Raise WorkerError if a worker process died without a word (UnguardedMain if it left
+        because the main script runs a command at its top level: `core.utils.procs`).
 
         A worker that just sent its error and ended is given a moment for the record to pass
         through its pin thread.
@@ -235,6 +236,8 @@ class Prefetcher:
         for w, proc in enumerate(self.procs):
             if proc.is_alive():
                 continue
+            if proc.exitcode == REIMPORTED_MAIN:  # it reached the caller's unguarded command
+                raise UnguardedMain(f"prefetch worker {proc.name} (pid {proc.pid})")
             self._dead_since.setdefault(w, time.monotonic())
             quiet = self._staged[w].empty() and self._out[w].empty()
             if quiet and time.monotonic() - self._dead_since[w] > 1.0:

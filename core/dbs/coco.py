@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from core.config import ConfigError, DatasetSettings, SystemConfig, lookup
-from core.config.db_keys import DbKey, declared_keys, owners
+from core.config.db_keys import BUILTIN, DbKey, declared_keys, owners
 from core.utils.files import StorageError, remove_stale_temp_files, write_file_atomic
 from core.utils.images import ImageReadError, read_image
 
@@ -41,9 +41,7 @@ class COCO(DETECTION):
     """A COCO-format detection dataset; see DETECTION for the interface."""
 
     # Split key -> image folder and split key -> annotation json (both paths).
-    db_keys: ClassVar[dict[str, DbKey]] = {
-        "image_dirs": DbKey(None, (dict,), path=True),
-        "annotation_files": DbKey(None, (dict,), path=True)}
+    db_keys: ClassVar[dict[str, DbKey]] = BUILTIN["COCO"]
 
     def __init__(self, db_config: dict, split: str | None = None,
                  settings: DatasetSettings | None = None, log: Log = to_stderr, *,

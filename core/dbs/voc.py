@@ -23,7 +23,7 @@ from typing import ClassVar
 from xml.parsers import expat
 
 from core.config import ConfigError, DatasetSettings
-from core.config.db_keys import DbKey
+from core.config.db_keys import BUILTIN, DbKey
 
 from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -267,8 +267,7 @@ class VOC(Converted):
     """A Pascal VOC dataset; see the module docstring and DETECTION for the interface."""
 
     # The VOCdevkit-style folder (a path) and, optionally, the class names in order.
-    db_keys: ClassVar[dict[str, DbKey]] = {"voc_root": DbKey(None, (str,), path=True),
-                                           "names": DbKey(None, (list,))}
+    db_keys: ClassVar[dict[str, DbKey]] = BUILTIN["VOC"]
 
     def _root(self, settings: DatasetSettings) -> Path:
         if self._configs["voc_root"] is None:

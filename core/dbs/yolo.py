@@ -24,7 +24,7 @@ from typing import ClassVar
 import yaml
 
 from core.config import ConfigError, DatasetSettings
-from core.config.db_keys import DbKey
+from core.config.db_keys import BUILTIN, DbKey
 
 from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
@@ -252,7 +252,7 @@ class YOLO(Converted):
     """A YOLO-format dataset; see the module docstring and DETECTION for the interface."""
 
     # The path of the data.yaml naming the splits and the class names.
-    db_keys: ClassVar[dict[str, DbKey]] = {"data_yaml": DbKey(None, (str,), path=True)}
+    db_keys: ClassVar[dict[str, DbKey]] = BUILTIN["YOLO"]
 
     def _data_yaml(self, settings: DatasetSettings) -> Path:
         if self._configs["data_yaml"] is None:

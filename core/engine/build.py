@@ -42,7 +42,7 @@ from ..utils.files import (
     snapshot_bytes,
     write_file_atomic,
 )
-from ..utils.threads import CpuShare, training_share, usable_cpus
+from ..utils.threads import CpuShare, set_torch_threads, training_share, usable_cpus
 from . import snapshots
 from .evaluation import Evaluator
 from .metrics import DataCounts, Throughput
@@ -208,7 +208,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
     cpus = cpu_share(args, world, log)
-    torch.set_num_threads(cpus.threads)
+    set_torch_threads(cpus.threads)
     _describe(system_config, training_db, nnet, share, world, cpus.workers, cpus.threads, rank,
               log)
     start, resumed = _resume(args, system_config, nnet, rank, distributed, log)

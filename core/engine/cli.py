@@ -17,17 +17,16 @@ every error.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import os
 import signal
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import RunFailure, Stopped, UserMistake
 from ..utils.env import check_environment
+from .process import process_kept
 from .stop import StopRequest
 
 USER_MISTAKES = (UserMistake, FileNotFoundError)
@@ -77,47 +76,6 @@ def report(err: BaseException, argv: list[str] | None = None) -> int:
     status, text = describe(err)
     print(f"error: {with_trace(err, text, argv)}", file=sys.stderr)
     return status
-
-
-# What a command may change for the whole process, and gets back when its `run` ends.
-KEPT_SIGNALS = tuple(getattr(signal, name) for name in
-                     ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name))
-
-
-@contextlib.contextmanager
-def process_kept() -> Iterator[None]:
-    """A block after which the process is as it was before: the handlers of the stop and resume
-    signals and the signal mask (`core.engine.stop` installs handlers), torch's thread counts
-    (when torch is imported: this module imports none) and the environment. The commands' `run`
-    go through it, so that `cornernet.train()` in a notebook leaves Ctrl-C working."""
-    handlers = {sig: signal.getsignal(sig) for sig in KEPT_SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    environ = dict(os.environ)
-    torch = sys.modules.get("torch")
-    threads = torch.get_num_threads() if torch is not None else None
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        if os.environ != environ:
-            os.environ.clear()
-            os.environ.update(environ)
-        torch = sys.modules.get("torch")
-        if torch is not None and threads is not None and torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
-
-
-def keeps_process(run: Callable[..., Any]) -> Callable[..., Any]:
-    """`run` made to leave the process as it found it (`process_kept`), returns or raises."""
-
-    @functools.wraps(run)
-    def kept(*args: Any, **kwargs: Any) -> Any:
-        with process_kept():
-            return run(*args, **kwargs)
-
-    return kept
 
 
 def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | None = None,

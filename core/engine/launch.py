@@ -126,7 +126,10 @@ def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0
 
 def _forward_signals(processes: list) -> dict:
     """Forward SIGTERM and SIGHUP to the live processes and ignore SIGINT here (the terminal
-    sends it to every process already); returns the handlers to put back."""
+    sends it to every process already); returns the handlers to put back. Off the main thread
+    nothing is installed (`stop.signals_here`)."""
+    if not stop.signals_here():
+        return {}
 
     def forward(signum: int, frame: object) -> None:
         for proc in processes:
@@ -173,6 +176,8 @@ def _stop_all(processes: list, failed: list, reports: Any, received: list[tuple[
     print(flush=True)  # a killed rank 0 leaves its progress bar's line open
     print(_cause(processes, failed, received, first_rank), file=sys.stderr, flush=True)
     code = failed[0].exitcode
+    if code == lifetime.REIMPORTED_MAIN:
+        return 2  # the user's mistake: the main script calls the command at its top level
     return code if code and code > 0 else 1
 
 
@@ -182,6 +187,9 @@ def _cause(processes: list, failed: list, received: list[tuple[int, str]],
     signal without a word, else the first report (a rank's own, if it reported and then died)."""
     reported = dict(reversed(received))  # local rank -> its first report
     for proc in failed:
+        if proc.exitcode == lifetime.REIMPORTED_MAIN:
+            rank = first_rank + processes.index(proc)
+            return f"error: {lifetime.UnguardedMain(f'rank {rank} (pid {proc.pid})')}"
         if proc.exitcode < 0 and processes.index(proc) in reported:
             received = [(processes.index(proc), reported[processes.index(proc)])]
             break  # it reported its error, then died tearing down: the report is the cause

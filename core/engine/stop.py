@@ -15,6 +15,9 @@ One module for train.py, test.py and demo.py, with one rule for each signal:
   first moments of a run, when their default action would end it without a word; the loop's
   StopRequest takes the remembered request over, so the run stops after its first iteration
   with a snapshot.
+- Handlers are the main thread's alone (Python runs them there, and only it may install them):
+  on another thread (`signals_here()` false) neither installs any, and a StopRequest is then
+  never set by a signal (core/engine/process.py says so once).
 
 This module imports no torch: the early catch must cost nothing before the heavy imports.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +38,11 @@ STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 # Signals that may be the resume signal (system.stop_signal also allows TERM and HUP).
 CANDIDATES = (signal.SIGUSR1, signal.SIGUSR2)
 _early: list[int] = []  # the signals caught before a StopRequest took over, in order
+
+
+def signals_here() -> bool:
+    """Whether this thread may install signal handlers: the main thread only."""
+    return threading.current_thread() is threading.main_thread()
 
 
 def _hurry(signum: int, before: int, finishing: bool = False) -> bool:
@@ -53,7 +62,10 @@ def catch_early() -> None:
     group), and the default action of SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 is to end the
     process without a snapshot or a word. A launcher that must not lose a signal sent before
     this interpreter runs any code (its own start-up takes 40 ms idle, 0.4 s on a loaded
-    machine) can block them before exec: they wait pending, and arrive here."""
+    machine) can block them before exec: they wait pending, and arrive here. Only on the
+    main thread (`signals_here`)."""
+    if not signals_here():
+        return
     for signum in (*STOPS, *CANDIDATES):
         signal.signal(signum, _remember)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {*STOPS, *CANDIDATES})
@@ -66,6 +78,8 @@ class StopRequest:
         resume_signal: the signal that means "snapshot, exit RESUME_STATUS, resume me later".
         at_once: raise Stopped in the handler (test.py, demo.py), instead of waiting for the
             loop to ask.
+
+    Off the main thread (`signals_here()` false) it installs no handler, and no signal sets it.
     """
 
     def __init__(self, resume_signal: int | None = None, at_once: bool = False) -> None:
@@ -74,6 +88,8 @@ class StopRequest:
         self.at_once = at_once
         self.resume_signal = resume_signal
         self.resume = False  # set by the loop: some rank got the resume signal
+        if not signals_here():
+            return
         for signum in {*STOPS, resume_signal} - {None}:
             signal.signal(signum, self._handle)
         for signum in set(CANDIDATES) - {resume_signal}:

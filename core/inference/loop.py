@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from core.utils.images import ImageReadError
-from core.utils.threads import ThreadGovernor, choose_threads
+from core.utils.threads import ThreadGovernor, choose_threads, set_torch_threads
 from core.utils.threads import governor as threads_governor
 
 from ..errors import lookup
@@ -193,7 +193,7 @@ def _in_threads(batches: Iterator[list[tuple]], compute: Callable[[list[tuple]],
     thread; bench/README.md "Threads")."""
     threads = torch.get_num_threads()
     # A thread takes the count set last when it first computes (torch sets it per thread).
-    torch.set_num_threads(max(1, threads // workers))
+    set_torch_threads(max(1, threads // workers))
     pending: deque[Future] = deque()
     pool = ThreadPoolExecutor(workers, thread_name_prefix="test-net")
     try:
@@ -207,7 +207,7 @@ def _in_threads(batches: Iterator[list[tuple]], compute: Callable[[list[tuple]],
         for future in pending:
             future.cancel()
         pool.shutdown(wait=True)
-        torch.set_num_threads(threads)
+        set_torch_threads(threads)
 
 
 def cpu_workers(nnet: Network, asked: int | None = None) -> int:

@@ -4,6 +4,13 @@ A process is identified by its pid and start time, so that a reused pid is never
 process that held it before: prefetch workers watch their trainer with it, training ranks their
 launcher (`watch_launcher`), and temp files name their writer. `end_now` leaves at once with
 the fork server; `remove_dead_mp_folders` clears what multiprocessing leaves after a kill -9.
+
+A process started by spawn or a fork server (prefetch workers, spawned ranks) first imports the
+parent's main script again, as multiprocessing does, so that what the script defines can be
+unpickled there. A script that calls a command at its top level, without
+`if __name__ == "__main__":`, would run that command again in every such process: the command
+recognises the case first (`leave_if_reimported`) and the process leaves with
+`REIMPORTED_MAIN`, which its parent turns into one line (`UnguardedMain`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,12 @@ import threading
 import time
 from pathlib import Path
 from typing import Callable
+
+from ..errors import UserMistake
+
+# The exit status of a process that left because it was importing its parent's main script and
+# reached a command there: one the exit table never gives (0, 1, 2, 75, 128 + a signal).
+REIMPORTED_MAIN = 3
 
 
 def process_identity(pid: int) -> tuple[int, str]:
@@ -47,6 +60,30 @@ def _proc_stat(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return []
+
+
+class UnguardedMain(UserMistake):
+    """The main script calls a command at its top level, so every child process (which imports
+    the script again) would run it too."""
+
+    def __init__(self, who: str) -> None:
+        main = sys.modules.get("__main__")
+        script = getattr(main, "__file__", None) or "the main script"
+        super().__init__(f"{who} stopped at its start: it imports {script} again (as every "
+                         f"process started by spawn or a fork server does), which calls a "
+                         f"cornernet command at its top level; put that call under "
+                         f'`if __name__ == "__main__":` (docs/prediction-and-api.md)')
+
+
+def leave_if_reimported() -> None:
+    """Leave at once, silently, with REIMPORTED_MAIN when this process is a child of spawn or a
+    fork server still importing its parent's main script: multiprocessing's `_inheriting` is
+    set while the child prepares and unpickles its work, the one moment a command can be
+    reached from there. The parent says why, in one line (`UnguardedMain`)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        os._exit(REIMPORTED_MAIN)
 
 
 # Called with the reason before a rank leaves because its launcher is gone: the PeerWatch's

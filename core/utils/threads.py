@@ -100,12 +100,30 @@ def training_share(workers: int, ranks: int = 1, cpus: int | None = None,
     return CpuShare(workers, choose_threads(None, environ, max(1, per_rank - workers)), note)
 
 
-def use_threads(asked: int | None = None) -> int:
-    """Set torch's thread count as `choose_threads` decides; returns it."""
+# torch's own thread count, read before this package first changed it (empty until then).
+_torch_own: list[int] = []
+
+
+def set_torch_threads(threads: int) -> None:
+    """Set torch's thread count: every change of ours goes through here, so that the count torch
+    chose itself is known (`torch_own_threads`) and a command that imported torch can give a
+    caller who had not imported it torch's own count back (core/engine/process.py)."""
     import torch
 
-    threads = choose_threads(asked)
+    if not _torch_own:
+        _torch_own.append(torch.get_num_threads())
     torch.set_num_threads(threads)
+
+
+def torch_own_threads() -> int | None:
+    """torch's thread count before this package first set it; None if it never did."""
+    return _torch_own[0] if _torch_own else None
+
+
+def use_threads(asked: int | None = None) -> int:
+    """Set torch's thread count as `choose_threads` decides; returns it."""
+    threads = choose_threads(asked)
+    set_torch_threads(threads)
     return threads
 
 
@@ -182,7 +200,7 @@ class ThreadGovernor:
         self.most, self.interval, self.adjust = max(1, most), interval, adjust
         self._wait = min(first, interval)  # the first count soon: a run may be short
         self._sample, self._clock = sample, clock
-        self._set = set_threads or _set_torch_threads
+        self._set = set_threads or set_torch_threads
         self.threads = self.most
         self.changes: list[tuple[int, int, float]] = []  # (tick, threads, others' CPUs)
         self._ticks = 0
@@ -228,9 +246,3 @@ def governor(asked: int | None = None, threads: int = 1,
     if asked is not None or env_threads(environ) is not None or most < 2 or sample_cpu() is None:
         return ThreadGovernor(threads, adjust=False)
     return ThreadGovernor(most)
-
-
-def _set_torch_threads(threads: int) -> None:
-    import torch
-
-    torch.set_num_threads(threads)

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, SystemConfig, load_config
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 
 if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no torch
     import torch
@@ -91,7 +92,6 @@ def format_report(report: dict) -> str:
 
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.models.fit import check_input_fit
     from core.utils.device import resolve_device
 

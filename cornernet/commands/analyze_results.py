@@ -35,7 +35,8 @@ from core.config import (
     snapshot_arg,
 )
 from core.config.rules import unit_interval
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
 from core.utils.files import write_file_atomic

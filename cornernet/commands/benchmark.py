@@ -50,9 +50,10 @@ from typing import TYPE_CHECKING, Any
 from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, ConfigError, load_config, lookup, snapshot_arg
 from core.deploy.defaults import DEFAULT_IMAGES, KEEP_FLOAT
 from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
-from core.engine.cli import describe, exit_status, keeps_process
+from core.engine.cli import describe, exit_status
+from core.engine.process import keeps_process
 from core.inference.coco_eval import score
-from core.utils.threads import usable_cpus
+from core.utils.threads import set_torch_threads, usable_cpus
 
 # torch, cv2, the datasets and the deploy modules are imported by the functions that use them,
 # so that --help imports none of them (cornernet/commands/__init__.py).
@@ -237,8 +238,6 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
             files: dict[str, Path | str], image: torch.Tensor,
             reference: list) -> dict[str, Any]:
     """One row of the table; its failures are its `check`. `image`: one input (1, 3, H, W)."""
-    import torch
-
     from core.deploy.export import compare_outputs
     from core.inference.cornernet import decode_kwargs
     from core.inference.loop import detect
@@ -253,7 +252,7 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
     try:
         nnet, opened = None, None
         for key, threads, size in timings(args.device, args.threads, args.batch):
-            torch.set_num_threads(threads)  # every runtime takes its threads from torch
+            set_torch_threads(threads)  # every runtime takes its threads from torch
             if opened != threads:  # the sessions of onnxruntime and OpenVINO fix their threads
                 nnet, mib = open_row(row, system_config, db, testiter, files, args.device)
                 result["size_mb"], opened = round(mib, 2), threads
@@ -261,7 +260,7 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
                 got = nnet.test(image.to(nnet.device), **settings)[0].cpu().numpy()
                 result["parity"] = compare_outputs([got], reference)
             result["ms"][key] = ms_per_image(nnet, image, size, settings, args.reps)
-        torch.set_num_threads(max(args.threads))
+        set_torch_threads(max(args.threads))
         inds = db.db_inds[:args.images]
         run = detect(db, nnet, system_config, inds, batch_size=1)
         # What score() says (the results file, the table) and what the COCO evaluator prints
@@ -347,7 +346,6 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """The benchmark; returns its rows (runtime, precision, AP, AP50, ms, size_mb, check)."""
     import cv2
-    import torch
 
     from core.dbs import datasets
     from core.deploy.machine import cpu_line, device_line
@@ -380,7 +378,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
     # In channels-last memory, as test.py feeds it: CPU convolutions take another path for
     # each layout (bf16 in autocast: oneDNN's for channels-last, ten times slower otherwise).
     one = network_input(canvas[None], db.mean, db.std, "cpu")
-    torch.set_num_threads(args.threads[0])
+    set_torch_threads(args.threads[0])
     nnet, _ = open_network(REFERENCE[0], system_config, db, testiter, str(args.device),
                            precision=REFERENCE[1])  # float32, whatever system.amp says
     reference = [nnet.test(one, **decode_kwargs(db.configs))[0].cpu().numpy()]

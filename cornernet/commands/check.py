@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from core.config import CONFIG_DIR, load_config, lookup
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 
 PROG = "cornernet check"
 

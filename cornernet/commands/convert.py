@@ -24,7 +24,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 
 # The readers and writers (core.dbs, and cv2 with it) are imported by `run`, so that --help

@@ -33,7 +33,8 @@ from core.config import (
     snapshot_or_file_arg,
 )
 from core.deploy.defaults import DEFAULT_MAX_MAP
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
 from core.utils.files import (

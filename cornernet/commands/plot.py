@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import load_config
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
 from core.engine.metrics import read_lines
+from core.engine.process import keeps_process
 from core.errors import UsageError
 
 
@@ -44,8 +45,6 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
         if cache_dir is not None:
             raise MetricsError("--cache-dir goes with a config name, not with a metrics file")
         return Path(target)
-    import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
-
     system_config, _ = load_config(target)
     if cache_dir is not None:
         system_config = system_config.replace(cache_dir=str(Path(cache_dir).resolve()))

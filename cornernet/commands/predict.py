@@ -30,7 +30,8 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
 from core.deploy.runtimes import add_runtime_args
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
 from core.utils.files import StorageError, probe_writable

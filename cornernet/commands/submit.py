@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, config_path
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
 
@@ -39,17 +40,20 @@ UNLIMITED_REQUEUES = 10_000
 LONGEST_HOURS = 366 * 24  # a longer time limit is a typo (--hours -1 once became 8,000 years)
 
 
-def _checkpointable() -> type:
+def _submitit() -> Any:
+    """The submitit module, or one line saying how to install it (a usage mistake: exit 2)."""
     try:
-        from submitit.helpers import Checkpointable
-    except ImportError as err:
-        raise SystemExit(f"error: {hints.command('tools/submit.py')} needs submitit: "
-                         f"{hints.install('submitit')}") from err
-    return Checkpointable
+        import submitit
+    except ImportError:
+        raise UsageError(f"{hints.command('tools/submit.py')} needs submitit: "
+                         f"{hints.install('submitit')}") from None
+    return submitit
 
 
-class Training(_checkpointable()):
-    """The callable every task runs; submitit's default `checkpoint` resubmits it unchanged."""
+class Training:
+    """The callable every task runs. Checkpointable as submitit knows it (it asks for a
+    `checkpoint` method): after the resume signal it resubmits this call unchanged. A plain
+    class, so that this module, and `--help`, need no submitit."""
 
     def __init__(self, cfg: str, train_args: list[str]) -> None:
         self.cfg, self.train_args = cfg, list(train_args)
@@ -57,6 +61,12 @@ class Training(_checkpointable()):
     def argv(self) -> list[str]:
         return [self.cfg, "--distributed", "--iter", "latest", "--stop-signal", RESUME_SIGNAL,
                 *self.train_args]
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """What submitit's `helpers.Checkpointable.checkpoint` does: the same call again."""
+        from submitit.helpers import DelayedSubmission
+
+        return DelayedSubmission(self, *args, **kwargs)
 
     def __call__(self) -> int:
         # absolute: submitit may carry this class to the tasks by value, without its package
@@ -76,8 +86,8 @@ class Training(_checkpointable()):
 
 def executor(args: argparse.Namespace) -> Any:
     import cloudpickle
-    import submitit
 
+    submitit = _submitit()
     if __name__ != "__main__":  # imported: the tasks may not import this module by name
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ex = submitit.AutoExecutor(folder=args.folder, cluster="slurm",
@@ -153,6 +163,7 @@ def first_words(err: BaseException) -> str:
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
     config_path(args.cfg, config_dir(args.train_args))  # a name the tasks could not find: now
+    _submitit()  # not installed: one line, not a refusal by sbatch
     said = io.StringIO()  # submitit copies sbatch's stderr here: the refusal is our one line
     try:
         with contextlib.redirect_stderr(said):

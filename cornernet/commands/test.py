@@ -30,7 +30,8 @@ from core.config import (
 )
 from core.config.rules import unit_interval
 from core.deploy.runtimes import add_runtime_args, open_network, runtime
-from core.engine.cli import exit_status, keeps_process
+from core.engine.cli import exit_status
+from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.inference.coco_eval import BACKENDS, require_backend, score
 from core.inference.folders import results_folder

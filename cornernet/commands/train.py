@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import CONFIG_DIR, add_set_arg
-from core.engine.cli import keeps_process
+from core.engine.process import keeps_process
 
 PROG = "cornernet train"
 
