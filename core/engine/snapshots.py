@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import torch
 
 from ..utils.dist import check_ranks_agree
+from ..utils.files import move_aside
 from .schedule import due
 
 if TYPE_CHECKING:
@@ -190,10 +191,7 @@ def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> 
         record = None
     if record is not None and record["iteration"] <= start:
         return None
-    k = 1
-    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
-        k += 1
-    path.rename(aside)
+    aside = move_aside(path)
     what = (f"iteration {record['iteration']}, AP {record['AP']:.4f}" if record is not None
             else "unreadable")
     log(f"moved {path.name} ({what}) aside to {aside.name}: it is not the best of this run's "

@@ -212,6 +212,16 @@ def remove_stale_temp_files(folder: Path) -> list[Path]:
     return removed
 
 
+def move_aside(path: Path) -> Path:
+    """Rename `path` to `<stem>.aside<k><suffix>` beside it, k the first free number; returns
+    the new path. A damaged state file is kept this way for a person to read, never deleted."""
+    k = 1
+    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(aside)
+    return aside
+
+
 # ------------------------------------------------------------------------- start-up checks
 def probe_writable(folder: Path, setting: str = "the configured folder") -> None:
     """Create `folder` if needed and write, sync and remove a probe file in it.

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
         raise UsageError("the confusion-matrix picture needs matplotlib, a dependency this "
                          "environment lacks: pip install matplotlib") from None
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = default_snapshot(system_config) if args.testiter is None else args.testiter
+    testiter = default_snapshot(system_config, log) if args.testiter is None else args.testiter
     split = getattr(system_config, SPLITS[args.split])
     folder = results_folder(system_config, testiter, split, args.suffix or None)
     summary_file, results_file = folder / "metrics.json", folder / "results.json"

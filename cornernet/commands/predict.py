@@ -53,7 +53,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help=f"snapshot iteration or 'best' ({DEFAULT_SNAPSHOT})")
     parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE",
-                        help="a snapshot file alone (it records its config)")
+                        help="a snapshot file alone (it records its config; a config named "
+                             "beside it must be the one it was trained with)")
     parser.add_argument("--images", "--source", dest="images", nargs="+", required=True,
                         help="pictures, folders, globs, videos, camera indices (0) or stream "
                              "URLs (rtsp://, http://)")
@@ -77,13 +78,13 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     return args
 
 
-def open_detector(args: argparse.Namespace) -> Detector:
+def open_detector(args: argparse.Namespace, log: Callable[[str], None] = print) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
     from cornernet.detector import open_detector as open_detector_of
 
     return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
                             args.precision, args.device, args.config_dir, args.overrides,
-                            args.thresh, args.threads)
+                            args.thresh, args.threads, log)
 
 
 @keeps_process
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
         probe_writable(args.out, "--out")
     except StorageError as err:
         raise UsageError(str(err)) from None
-    detector = open_detector(args)
+    detector = open_detector(args, log)
     log("weights: " + ("the average (system.ema_decay)"
                          if detector.network.evaluated_weights == "ema" else "the trained ones"))
     # Ctrl-C or SIGTERM: stop after the current frame, so that the outputs close and play.

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     if system_config.model is None:
         system_config = system_config.replace(model=args.cfg_file)
     split = split_key(args, system_config)
-    testiter = snapshot_label(system_config, default_snapshot(system_config)
+    testiter = snapshot_label(system_config, default_snapshot(system_config, log)
                               if args.testiter is None else args.testiter)
     if split == "testdev" and system_config.dataset == "COCO":
         db_config = official_testdev(system_config, db_config)
