@@ -6,9 +6,14 @@ test process (`run_script`) on CocoTiny's untrained snapshot at 128 px."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -19,13 +24,16 @@ from _tiny_coco import make_tiny_coco
 from test_faults import one_line_error
 
 from core.errors import UsageError
+from core.utils import files
+from core.utils.files import DiskFull
 from core.utils.images import read_image
 from cornernet import Detector, Result
 from cornernet.detector import DEFAULT_THRESH
-from cornernet.outputs import run_folder
+from cornernet.outputs import Outputs, run_folder
 from cornernet.sources import expand, frames
 
 PHOTOS = ("000000000529.jpg", "000000000531.jpg")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +126,35 @@ def test_a_glob_reaching_the_output_folder_never_draws_on_its_own_pictures(tiny,
         str(tmp_path / "shots" / name) for name in PHOTOS]
 
 
+def test_a_recursive_glob_over_a_link_loop_lists_each_file_once_and_finishes(tmp_path,
+                                                                             monkeypatch):
+    # loop/self -> loop and loop/sub/back -> loop: Python's recursive glob follows both until
+    # the path is too long (minutes). A link into a folder not reached before is followed.
+    (tmp_path / "loop" / "sub").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    for name in ("loop/a.jpg", "loop/sub/b.jpg", "data/c.jpg"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "loop" / "self").symlink_to(".")
+    (tmp_path / "loop" / "sub" / "back").symlink_to("..")
+    (tmp_path / "loop" / "sub" / "data").symlink_to("../../data")
+    monkeypatch.chdir(tmp_path)
+
+    def too_slow(signum, frame):
+        raise TimeoutError("the glob still runs after 10 s")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        got = expand("loop/**/*.jpg")
+        everywhere = expand("**/*.jpg")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert got == [Path("loop/a.jpg"), Path("loop/sub/b.jpg"), Path("loop/sub/data/c.jpg")]
+    # data/ is reached first, so the link loop/sub/data into it is not followed again
+    assert everywhere == [Path("data/c.jpg"), Path("loop/a.jpg"), Path("loop/sub/b.jpg")]
+
+
 # ----------------------------------------------------------------------------- outputs
 def test_each_run_without_out_gets_a_new_folder(tmp_path):
     runs = tmp_path / "runs" / "predict"
@@ -127,6 +164,54 @@ def test_each_run_without_out_gets_a_new_folder(tmp_path):
     assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
     (tmp_path / "runs" / "predict2").mkdir()  # empty: taken as it is
     assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
+
+
+def test_a_file_size_limit_mid_line_leaves_only_whole_json_lines(tmp_path):
+    # A disk that fills mid-write, made here by RLIMIT_FSIZE: the file keeps whole lines only.
+    code = (
+        "import json, signal, resource, sys\n"
+        "from pathlib import Path\n"
+        "from cornernet.outputs import Outputs\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (10000, 10000))\n"
+        "outputs = Outputs(Path(sys.argv[1]), [])\n"
+        "try:\n"
+        "    for k in range(1000):\n"
+        "        outputs.json.write(json.dumps({'frame': k, 'pad': 'x' * 50}) + '\\n')\n"
+        "except OSError as err:\n"
+        "    print('stopped:', err)\n"
+        "finally:\n"
+        "    outputs.json.close()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=False,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "stopped: cannot write" in done.stdout + done.stderr, done.stdout + done.stderr
+    text = (tmp_path / "detections.jsonl").read_text()
+    assert text.endswith("\n")
+    frames_kept = [json.loads(line)["frame"] for line in text.splitlines()]
+    assert frames_kept == list(range(len(frames_kept))) and len(frames_kept) > 100
+
+
+def test_a_full_disk_names_the_json_lines_file_and_the_free_space(tmp_path, monkeypatch):
+    outputs = Outputs(tmp_path, [])
+    outputs.json.write('{"frame": 0}\n')
+    real_write = os.write
+
+    def full(fd, data):  # half the line fits, then the disk is full
+        if len(data) > 8:
+            return real_write(fd, bytes(data)[:8])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(files, "disk_free", lambda folder: 3 * 2 ** 20)
+    with pytest.raises(DiskFull) as caught:
+        outputs.json.write('{"frame": 1, "boxes": []}\n')
+    monkeypatch.undo()
+    outputs.close([])
+    assert str(caught.value) == (
+        f"disk full: cannot write {tmp_path / 'detections.jsonl'} (3.0 MiB free there); it "
+        "holds the 1 whole lines written before; free some space or name another --out")
+    assert (tmp_path / "detections.jsonl").read_text() == '{"frame": 0}\n'
 
 
 def test_a_second_run_without_out_keeps_the_first_runs_outputs(tiny, coco128, tmp_path):

@@ -176,10 +176,16 @@ def _remove_quietly(path: Path) -> str:
 
 
 def _write_error(path: Path, err: OSError, leftover: str) -> StorageError:
+    return write_error(path, err, "the previous file is unchanged; free some space or set "
+                       f"system.cache_dir to another disk{leftover}", leftover)
+
+
+def write_error(path: Path, err: OSError, kept: str, leftover: str = "") -> StorageError:
+    """The failure `err` to write `path` as one line: DiskFull naming the path and the free
+    space, then `kept` (what is still whole, what to do); NotWritable naming the path else."""
     if err.errno in _FULL:
-        return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); the "
-                        f"previous file is unchanged; free some space or set "
-                        f"system.cache_dir to another disk{leftover}", err.errno)
+        return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); {kept}",
+                        err.errno)
     return NotWritable(f"cannot write {path}: {err.strerror or err}{leftover}", err.errno)
 
 

@@ -34,6 +34,7 @@ from core.engine.cli import exit_status, keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
 from core.utils.files import StorageError, probe_writable
+from core.utils.threads import threads_note
 from cornernet.defaults import DEFAULT_THRESH
 
 # The detector (torch) and the readers and writers of pictures and videos (cv2) are imported
@@ -82,9 +83,12 @@ def open_detector(args: argparse.Namespace, log: Callable[[str], None] = print) 
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
     from cornernet.detector import open_detector as open_detector_of
 
-    return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
-                            args.precision, args.device, args.config_dir, args.overrides,
-                            args.thresh, args.threads, log)
+    detector = open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter,
+                                args.runtime, args.precision, args.device, args.config_dir,
+                                args.overrides, args.thresh, args.threads, log)
+    if note := threads_note(args.threads):
+        log(f"note: {note}")
+    return detector
 
 
 @keeps_process
