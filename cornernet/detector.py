@@ -126,6 +126,12 @@ class Detector:
                     f"{len(given)}"
                 raise UsageError(f"{what}: expected a list of {count} (one per class of "
                                  f"{system_config.snapshot_name}, db.categories), got {got}")
+        if category_ids is not None and len(set(category_ids)) < len(category_ids):
+            twice = next(c for c in category_ids if list(category_ids).count(c) > 1)
+            classes = [k + 1 for k, c in enumerate(category_ids) if c == twice]
+            raise UsageError(f"category_ids: {twice!r} is the id of classes "
+                             f"{', '.join(map(str, classes))}; each class needs an id of its "
+                             "own (COCO results are matched to classes by id)")
         self.network, self.system_config = network, system_config
         self.threads = use_threads(threads)
         self.settings = DETECTION(db_config)  # test settings and normalisation statistics

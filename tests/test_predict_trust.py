@@ -27,6 +27,7 @@ from core.errors import UsageError
 from core.utils import files
 from core.utils.files import DiskFull
 from core.utils.images import read_image
+from core.utils.threads import usable_cpus
 from cornernet import Detector, Result
 from cornernet.detector import DEFAULT_THRESH
 from cornernet.outputs import Outputs, run_folder
@@ -153,6 +154,24 @@ def test_a_recursive_glob_over_a_link_loop_lists_each_file_once_and_finishes(tmp
     assert got == [Path("loop/a.jpg"), Path("loop/sub/b.jpg"), Path("loop/sub/data/c.jpg")]
     # data/ is reached first, so the link loop/sub/data into it is not followed again
     assert everywhere == [Path("data/c.jpg"), Path("loop/a.jpg"), Path("loop/sub/b.jpg")]
+
+
+def test_a_fifo_named_as_an_image_is_said_to_be_no_regular_file(tmp_path):
+    fifo = tmp_path / "camera.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError) as caught:
+        expand(str(fifo))
+    assert str(caught.value) == (f"{fifo}: not a regular file but a FIFO (named pipe); name a "
+                                 "picture, video, folder or glob")
+
+
+def test_threads_above_the_cpus_are_capped_and_said_by_predict(tiny, coco128, tmp_path):
+    done = predict(tiny, "--images", coco128 / "images" / PHOTOS[0], "--out", tmp_path / "out",
+                   "--threads", 999)
+    assert done.returncode == 0, done.stderr
+    cpus = usable_cpus()
+    assert (f"note: --threads 999 is more than the {cpus} usable CPUs: {cpus} threads"
+            in done.stdout)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -346,3 +365,35 @@ def test_to_json_of_a_result_holding_nan_is_valid_json_with_null():
     assert data["boxes"] == [[1.0, 2.0, None, 4.0]] and data["scores"] == [None]
     back = Result.from_json(text)
     assert np.isnan(back.boxes[0, 2]) and np.isnan(back.scores[0]) and back.boxes[0, 3] == 4
+
+
+def test_threads_that_are_no_number_are_refused_when_made(tiny):
+    with pytest.raises(UsageError) as caught:
+        Detector.from_snapshot(snapshot_of(tiny), "cpu", threads=True)
+    assert str(caught.value) == ("threads (--threads) True: expected a whole number of at "
+                                 "least 1, got bool")
+
+
+def test_category_ids_given_twice_are_refused_naming_the_classes(detector):
+    ids = list(range(1, 81))
+    ids[3] = ids[1] = ids[0]
+    with pytest.raises(UsageError) as caught:
+        Detector(detector.network, detector.system_config, detector.settings.configs,
+                 category_ids=ids)
+    assert str(caught.value) == ("category_ids: 1 is the id of classes 1, 2, 4; each class "
+                                 "needs an id of its own (COCO results are matched to classes "
+                                 "by id)")
+
+
+@pytest.mark.parametrize("image, what", [
+    (np.zeros((8, 8, 3), np.float32), "dtype float32, shape (8, 8, 3)"),
+    (np.zeros((8, 8), np.uint8), "dtype uint8, shape (8, 8)"),
+])
+def test_draw_on_an_image_it_cannot_draw_on_is_one_line_saying_what_it_takes(image, what):
+    result = Result(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, int), [],
+                    np.zeros(0, int), "x")
+    with pytest.raises(UsageError) as caught:
+        result.draw(image)
+    assert str(caught.value) == (f"Result.draw: the image must be (H, W, 3) uint8 BGR (0..255), "
+                                 f"as the detector takes it, got {what}; convert it, e.g. with "
+                                 "np.clip(image, 0, 255).astype(np.uint8)")
