@@ -11,6 +11,7 @@ snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and lo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -68,7 +69,7 @@ def default_snapshot(system_config: SystemConfig,
                 f"earlier training: --testiter {config_iter} takes it")
         return trained
     if system_config.snapshot_file(config_iter).is_file():
-        have = ", ".join(str(it) for it in _numbered_iterations(system_config)) or "none"
+        have = ", ".join(map(str, numbered(system_config))) or "none"
         raise UsageError(f"which snapshot of {name}? its last training (max_iter {trained}, "
                          f"{system_config.snapshot_dir / RUN_CONFIG}) left no {name}_{trained}"
                          f".pkl, and {name}_{config_iter}.pkl (the config's max_iter) is of an "
@@ -98,11 +99,18 @@ def _recorded_max_iter(path: Path, log: Callable[[str], None]) -> int | None:
     return None
 
 
-def _numbered_iterations(system_config: SystemConfig) -> list[int]:
-    prefix = f"{system_config.snapshot_name}_"
-    stems = (p.stem.removeprefix(prefix) for p in system_config.snapshot_dir.glob("*.pkl")
-             if p.stem.startswith(prefix))
-    return sorted(int(stem) for stem in stems if stem.isdigit())
+def numbered(system_config: SystemConfig) -> dict[int, Path]:
+    """Iteration -> path of every numbered snapshot of the run, oldest first. Only the names the
+    run writes count (`<Cfg>_7.pkl`): a copy named `<Cfg>_007.pkl` is not snapshot 7's file."""
+    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(0|[1-9]\d*)\.pkl")
+    found = {}
+    folder = system_config.snapshot_dir
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = pattern.fullmatch(path.name)
+            if match:
+                found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
 
 
 def snapshot_label(system_config: SystemConfig, value: int | str | Path) -> int | str:
