@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ from core.inference.registry import test_func
 from core.nnet.checkpoint import (
     SNAPSHOT_FORMAT,
     class_record,
+    config_difference,
     default_snapshot,
     read_snapshot,
     require_snapshot,
@@ -125,6 +126,12 @@ class Detector:
                     f"{len(given)}"
                 raise UsageError(f"{what}: expected a list of {count} (one per class of "
                                  f"{system_config.snapshot_name}, db.categories), got {got}")
+        if category_ids is not None and len(set(category_ids)) < len(category_ids):
+            twice = next(c for c in category_ids if list(category_ids).count(c) > 1)
+            classes = [k + 1 for k, c in enumerate(category_ids) if c == twice]
+            raise UsageError(f"category_ids: {twice!r} is the id of classes "
+                             f"{', '.join(map(str, classes))}; each class needs an id of its "
+                             "own (COCO results are matched to classes by id)")
         self.network, self.system_config = network, system_config
         self.threads = use_threads(threads)
         self.settings = DETECTION(db_config)  # test settings and normalisation statistics
@@ -272,18 +279,25 @@ def open_detector(config: str | None = None, snapshot: Path | None = None,
                   runtime: str | None = None, precision: str | None = None,
                   device: str | None = None,
                   config_dir: Path | None = CONFIG_DIR, overrides: list[str] | None = None,
-                  thresh: float = DEFAULT_THRESH, threads: int | None = None) -> Detector:
+                  thresh: float = DEFAULT_THRESH, threads: int | None = None,
+                  log: Callable[[str], None] = print) -> Detector:
     """The detector `cornernet predict` opens: a snapshot file alone (`snapshot`), an
     exported file alone (`onnx` without `config`), or config `config`'s snapshot `testiter`
-    in `runtime`; `overrides` (--set) applied whichever it is, on `threads` CPU threads."""
+    in `runtime`; `overrides` (--set) applied whichever it is, on `threads` CPU threads.
+    A config named beside a snapshot file is a check: it must exist and build the model and
+    class count the snapshot records (whose config is the one used)."""
     if snapshot is not None:
-        return Detector.from_snapshot(snapshot, device, overrides=overrides, thresh=thresh,
-                                      threads=threads)
+        named = None if config is None else load_config(config, config_dir)
+        detector = Detector.from_snapshot(snapshot, device, overrides=overrides,
+                                          thresh=thresh, threads=threads)
+        if named is not None:
+            _check_config_beside(config, named, detector, Path(snapshot))
+        return detector
     if config is None:
         return Detector.from_onnx(onnx, device, config_dir, runtime, precision,
                                   overrides=overrides, thresh=thresh, threads=threads)
     system_config, db_config = load_config(config, config_dir, overrides=overrides)
-    testiter = default_snapshot(system_config) if testiter is None else testiter
+    testiter = default_snapshot(system_config, log) if testiter is None else testiter
     if runtime in (None, "torch"):
         require_snapshot(system_config, testiter, "pick --testiter")
     network, _ = open_network(runtime, system_config, DETECTION(db_config), testiter,
@@ -292,3 +306,19 @@ def open_detector(config: str | None = None, snapshot: Path | None = None,
                                       recorded=getattr(network, "classes", None))
     return Detector(network, system_config, db_config, thresh=thresh, names=names,
                     category_ids=category_ids, threads=threads)
+
+
+def _check_config_beside(config: str, named: tuple[SystemConfig, dict], detector: Detector,
+                         path: Path) -> None:
+    """A UsageError when config `config` (`named`: as loaded) cannot be the config of the
+    snapshot file `path` that `detector` opened: another model or class count."""
+    def settings(system_config: SystemConfig, db_config: dict) -> dict:
+        return {"system": {"model": system_config.model or system_config.snapshot_name},
+                "db": {"categories": db_config["categories"]}}
+
+    differences = config_difference(settings(detector.system_config, detector.settings.configs),
+                                    settings(*named))
+    if differences:
+        raise UsageError(f"config {config} named beside --snapshot {path} is not the "
+                         f"snapshot's: {'; '.join(differences)}; drop the config (a snapshot "
+                         f"records its own) or name the one it was trained with")

@@ -10,6 +10,7 @@ then nothing is written over.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 import cv2
 
 from core.errors import UsageError
-from core.utils.files import StorageError
+from core.utils.files import StorageError, write_error
 
 from .sources import DRAWN, is_video
 
@@ -80,6 +81,40 @@ def output_files(inputs: list[Path], out_dir: Path, taken: set[Path] | None = No
     return outputs
 
 
+class JsonLines:
+    """A file of JSON lines written one whole line at a time: each `write` is one unbuffered
+    write of complete lines, and a write that fails (a full disk) or is interrupted (a second
+    Ctrl-C) is cut back to the lines before it, so the file never ends in a torn line. A full
+    disk is DiskFull naming the file and the free space."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        self.size = self.lines = 0
+
+    def write(self, lines: str) -> None:
+        """Append `lines` (whole lines, each ending in a newline)."""
+        data, done = lines.encode(), 0
+        try:
+            while done < len(data):
+                done += os.write(self.fd, data[done:])
+        except BaseException as err:
+            os.ftruncate(self.fd, self.size)
+            os.lseek(self.fd, self.size, os.SEEK_SET)
+            if isinstance(err, OSError):
+                raise write_error(self.path, err, f"it holds the {self.lines} whole lines "
+                                  "written before; free some space or name another --out") \
+                    from None
+            raise
+        self.size += len(data)
+        self.lines += lines.count("\n")
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
 class Outputs:
     """The files a run writes: pictures, one video per video source, the JSON lines; each under
     a name that no input and no file already in the folder has."""
@@ -89,7 +124,7 @@ class Outputs:
         self.taken: set[Path] = set()
         self.paths = dict(zip(map(str, files), output_files(files, out_dir, self.taken)))
         self.json_path = _free(out_dir, "detections", ".jsonl", self.taken)
-        self.out_dir, self.json = out_dir, open(self.json_path, "w")  # noqa: SIM115 - closed by close()
+        self.out_dir, self.json = out_dir, JsonLines(self.json_path)
         self.writer: Any = None
         self.video_path: Path | None = None
         self.streams = 0
@@ -119,5 +154,9 @@ class Outputs:
         for inputs by a later run)."""
         self.end_video()
         self.json.close()
-        with open(self.out_dir / DRAWN, "a") as listing:
-            listing.writelines(f"{path.name}\n" for path in (*written, self.json_path))
+        try:
+            with open(self.out_dir / DRAWN, "a") as listing:
+                listing.writelines(f"{path.name}\n" for path in (*written, self.json_path))
+        except OSError as err:
+            raise write_error(self.out_dir / DRAWN, err, "the pictures and JSON lines written "
+                              "are whole; free some space") from None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from core.errors import UsageError
 from core.utils.vis import draw_detections
 
 
@@ -98,6 +99,13 @@ class Result:
         image = self.image if image is None else image
         if image is None:
             raise ValueError("this result holds no image (read back from JSON): pass one")
+        if not isinstance(image, np.ndarray) or image.dtype != np.uint8 or image.ndim != 3 \
+                or image.shape[2] != 3:
+            what = (f"dtype {image.dtype}, shape {image.shape}" if isinstance(image, np.ndarray)
+                    else type(image).__name__)
+            raise UsageError(f"Result.draw: the image must be (H, W, 3) uint8 BGR (0..255), as "
+                             f"the detector takes it, got {what}; convert it, e.g. with "
+                             "np.clip(image, 0, 255).astype(np.uint8)")
         named: dict[str, list] = {}
         for box, score, name in zip(self.boxes, self.scores, self.names):
             named.setdefault(name, []).append([*box, score])

@@ -12,7 +12,10 @@ raised by `expand` before anything is read.
 
 from __future__ import annotations
 
+import fnmatch
 import glob
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,14 +130,64 @@ def _files(text: str) -> list[Path]:
         return [path]
     if path.is_dir():
         found = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
+    elif path.exists():
+        raise UsageError(f"{text}: not a regular file but {_file_kind(path)}; name a picture, "
+                         "video, folder or glob")
     else:
-        found = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+        found = _glob(text)
         if not found:
             raise UsageError(f"{text}: the pattern matches no file")
     drawn: set[Path] = set()
     for folder in {p.parent for p in found}:
         drawn |= drawn_here(folder)
     return [p for p in found if p not in drawn]
+
+
+def _file_kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, kind in ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "neither a file nor a folder"
+
+
+def _glob(pattern: str) -> list[Path]:
+    """The regular files `pattern` matches, sorted, each once. Without `**` it is glob's; with
+    it, the folders below the pattern's fixed start are walked once each, following a link
+    into a folder only when that folder was not reached before (Python's recursive glob
+    follows a link loop until the path is too long: minutes)."""
+    parts = Path(pattern).parts
+    if "**" not in parts:
+        return sorted(Path(p) for p in glob.glob(pattern) if Path(p).is_file())
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    root, wanted = Path(*parts[:fixed]) if fixed else Path(), parts[fixed:]
+    hidden = any(part.startswith(".") for part in wanted)  # else no hidden folder can match
+    found, seen = [], set()
+    for folder, subfolders, names in os.walk(root, followlinks=True):
+        info = os.stat(folder)
+        if (info.st_dev, info.st_ino) in seen:
+            subfolders.clear()
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        subfolders[:] = sorted(name for name in subfolders if hidden or name[0] != ".")
+        here = Path(folder).relative_to(root).parts
+        found += [Path(folder, name) for name in names
+                  if _matches((*here, name), wanted) and Path(folder, name).is_file()]
+    return sorted(found)
+
+
+def _matches(parts: tuple[str, ...], pattern: tuple[str, ...]) -> bool:
+    """Whether the path `parts` matches the glob `pattern`, part by part: `**` is any number
+    of folders, and a hidden name matches only a pattern part that starts with a dot (as
+    glob's)."""
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_matches(parts[k:], pattern[1:]) for k in range(len(parts) + 1)
+                   if not any(part.startswith(".") for part in parts[:k]))
+    return (bool(parts) and parts[0].startswith(".") == pattern[0].startswith(".")
+            and fnmatch.fnmatchcase(parts[0], pattern[0]) and _matches(parts[1:], pattern[1:]))
 
 
 def _kind(text: str) -> str:

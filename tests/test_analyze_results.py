@@ -47,3 +47,29 @@ def test_a_missing_results_folder_is_one_line_naming_test_py(coco128, tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and "python test.py CocoTiny --testiter 7" in \
         done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_split_without_boxes_says_so_not_to_run_the_test_again(coco128, tmp_path):
+    # test on an image-info file (no annotations, as test-dev) writes results.json only;
+    # analyze results then says the split has no boxes, not "run test.py first".
+    root = make_tiny_coco(coco128, tmp_path)
+    content = json.loads((coco128 / "annotations" / "instances_coco128_val.json").read_text())
+    info = {key: value for key, value in content.items() if key != "annotations"}
+    (tmp_path / "info.json").write_text(json.dumps(info))
+    config = json.loads((root / "configs" / "CocoTiny.json").read_text())
+    config["db"]["annotation_files"]["val"] = str(tmp_path / "info.json")
+    (root / "configs" / "CocoTiny.json").write_text(json.dumps(config))
+    configs = str(root / "configs")
+    tested = inproc("test.py", "CocoTiny", "--testiter", 0, "--config-dir", configs, "--device",
+                    "cpu", "--images", 2)
+    assert tested.returncode == 0, tested.stderr
+    assert "evaluation skipped: this split has no boxes" in tested.stdout
+    results = root / "results" / "CocoTiny" / "0" / "val" / "results.json"
+    found = len(json.loads(results.read_text()))
+    analyzed = inproc("tools/analyze_results.py", "CocoTiny", "--testiter", 0, "--config-dir",
+                      configs)
+    assert analyzed.returncode == 2
+    assert analyzed.stderr.strip() == (
+        f"error: split 'val' has no boxes (an image-info file): test wrote its {found} "
+        f"detections to {results} for an evaluation server, and there is nothing here to "
+        "analyze them against")

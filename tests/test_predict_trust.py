@@ -6,9 +6,14 @@ test process (`run_script`) on CocoTiny's untrained snapshot at 128 px."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import cv2
@@ -19,13 +24,17 @@ from _tiny_coco import make_tiny_coco
 from test_faults import one_line_error
 
 from core.errors import UsageError
+from core.utils import files
+from core.utils.files import DiskFull
 from core.utils.images import read_image
+from core.utils.threads import usable_cpus
 from cornernet import Detector, Result
 from cornernet.detector import DEFAULT_THRESH
-from cornernet.outputs import run_folder
+from cornernet.outputs import Outputs, run_folder
 from cornernet.sources import expand, frames
 
 PHOTOS = ("000000000529.jpg", "000000000531.jpg")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +127,53 @@ def test_a_glob_reaching_the_output_folder_never_draws_on_its_own_pictures(tiny,
         str(tmp_path / "shots" / name) for name in PHOTOS]
 
 
+def test_a_recursive_glob_over_a_link_loop_lists_each_file_once_and_finishes(tmp_path,
+                                                                             monkeypatch):
+    # loop/self -> loop and loop/sub/back -> loop: Python's recursive glob follows both until
+    # the path is too long (minutes). A link into a folder not reached before is followed.
+    (tmp_path / "loop" / "sub").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    for name in ("loop/a.jpg", "loop/sub/b.jpg", "data/c.jpg"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "loop" / "self").symlink_to(".")
+    (tmp_path / "loop" / "sub" / "back").symlink_to("..")
+    (tmp_path / "loop" / "sub" / "data").symlink_to("../../data")
+    monkeypatch.chdir(tmp_path)
+
+    def too_slow(signum, frame):
+        raise TimeoutError("the glob still runs after 10 s")
+
+    old = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(10)
+    try:
+        got = expand("loop/**/*.jpg")
+        everywhere = expand("**/*.jpg")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert got == [Path("loop/a.jpg"), Path("loop/sub/b.jpg"), Path("loop/sub/data/c.jpg")]
+    # data/ is reached first, so the link loop/sub/data into it is not followed again
+    assert everywhere == [Path("data/c.jpg"), Path("loop/a.jpg"), Path("loop/sub/b.jpg")]
+
+
+def test_a_fifo_named_as_an_image_is_said_to_be_no_regular_file(tmp_path):
+    fifo = tmp_path / "camera.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError) as caught:
+        expand(str(fifo))
+    assert str(caught.value) == (f"{fifo}: not a regular file but a FIFO (named pipe); name a "
+                                 "picture, video, folder or glob")
+
+
+def test_threads_above_the_cpus_are_capped_and_said_by_predict(tiny, coco128, tmp_path):
+    done = predict(tiny, "--images", coco128 / "images" / PHOTOS[0], "--out", tmp_path / "out",
+                   "--threads", 999)
+    assert done.returncode == 0, done.stderr
+    cpus = usable_cpus()
+    assert (f"note: --threads 999 is more than the {cpus} usable CPUs: {cpus} threads"
+            in done.stdout)
+
+
 # ----------------------------------------------------------------------------- outputs
 def test_each_run_without_out_gets_a_new_folder(tmp_path):
     runs = tmp_path / "runs" / "predict"
@@ -127,6 +183,54 @@ def test_each_run_without_out_gets_a_new_folder(tmp_path):
     assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
     (tmp_path / "runs" / "predict2").mkdir()  # empty: taken as it is
     assert run_folder(None, runs=runs) == tmp_path / "runs" / "predict2"
+
+
+def test_a_file_size_limit_mid_line_leaves_only_whole_json_lines(tmp_path):
+    # A disk that fills mid-write, made here by RLIMIT_FSIZE: the file keeps whole lines only.
+    code = (
+        "import json, signal, resource, sys\n"
+        "from pathlib import Path\n"
+        "from cornernet.outputs import Outputs\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (10000, 10000))\n"
+        "outputs = Outputs(Path(sys.argv[1]), [])\n"
+        "try:\n"
+        "    for k in range(1000):\n"
+        "        outputs.json.write(json.dumps({'frame': k, 'pad': 'x' * 50}) + '\\n')\n"
+        "except OSError as err:\n"
+        "    print('stopped:', err)\n"
+        "finally:\n"
+        "    outputs.json.close()\n")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=False,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "stopped: cannot write" in done.stdout + done.stderr, done.stdout + done.stderr
+    text = (tmp_path / "detections.jsonl").read_text()
+    assert text.endswith("\n")
+    frames_kept = [json.loads(line)["frame"] for line in text.splitlines()]
+    assert frames_kept == list(range(len(frames_kept))) and len(frames_kept) > 100
+
+
+def test_a_full_disk_names_the_json_lines_file_and_the_free_space(tmp_path, monkeypatch):
+    outputs = Outputs(tmp_path, [])
+    outputs.json.write('{"frame": 0}\n')
+    real_write = os.write
+
+    def full(fd, data):  # half the line fits, then the disk is full
+        if len(data) > 8:
+            return real_write(fd, bytes(data)[:8])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    monkeypatch.setattr(files, "disk_free", lambda folder: 3 * 2 ** 20)
+    with pytest.raises(DiskFull) as caught:
+        outputs.json.write('{"frame": 1, "boxes": []}\n')
+    monkeypatch.undo()
+    outputs.close([])
+    assert str(caught.value) == (
+        f"disk full: cannot write {tmp_path / 'detections.jsonl'} (3.0 MiB free there); it "
+        "holds the 1 whole lines written before; free some space or name another --out")
+    assert (tmp_path / "detections.jsonl").read_text() == '{"frame": 0}\n'
 
 
 def test_a_second_run_without_out_keeps_the_first_runs_outputs(tiny, coco128, tmp_path):
@@ -261,3 +365,35 @@ def test_to_json_of_a_result_holding_nan_is_valid_json_with_null():
     assert data["boxes"] == [[1.0, 2.0, None, 4.0]] and data["scores"] == [None]
     back = Result.from_json(text)
     assert np.isnan(back.boxes[0, 2]) and np.isnan(back.scores[0]) and back.boxes[0, 3] == 4
+
+
+def test_threads_that_are_no_number_are_refused_when_made(tiny):
+    with pytest.raises(UsageError) as caught:
+        Detector.from_snapshot(snapshot_of(tiny), "cpu", threads=True)
+    assert str(caught.value) == ("threads (--threads) True: expected a whole number of at "
+                                 "least 1, got bool")
+
+
+def test_category_ids_given_twice_are_refused_naming_the_classes(detector):
+    ids = list(range(1, 81))
+    ids[3] = ids[1] = ids[0]
+    with pytest.raises(UsageError) as caught:
+        Detector(detector.network, detector.system_config, detector.settings.configs,
+                 category_ids=ids)
+    assert str(caught.value) == ("category_ids: 1 is the id of classes 1, 2, 4; each class "
+                                 "needs an id of its own (COCO results are matched to classes "
+                                 "by id)")
+
+
+@pytest.mark.parametrize("image, what", [
+    (np.zeros((8, 8, 3), np.float32), "dtype float32, shape (8, 8, 3)"),
+    (np.zeros((8, 8), np.uint8), "dtype uint8, shape (8, 8)"),
+])
+def test_draw_on_an_image_it_cannot_draw_on_is_one_line_saying_what_it_takes(image, what):
+    result = Result(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, int), [],
+                    np.zeros(0, int), "x")
+    with pytest.raises(UsageError) as caught:
+        result.draw(image)
+    assert str(caught.value) == (f"Result.draw: the image must be (H, W, 3) uint8 BGR (0..255), "
+                                 f"as the detector takes it, got {what}; convert it, e.g. with "
+                                 "np.clip(image, 0, 255).astype(np.uint8)")

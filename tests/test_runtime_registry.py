@@ -210,3 +210,22 @@ def _read(path: Path) -> np.ndarray:
     import cv2
 
     return cv2.imread(str(path))
+
+
+EMPTY = "precisions must be a tuple of at least one name (the first is the default), got "
+NAME = ("a name is letters, digits, '_', '.' and '-' (it is --runtime's value and the first "
+        "half of a benchmark row 'runtime:precision')")
+
+
+@pytest.mark.parametrize("name, precisions, says", [
+    ("no-precision", (), EMPTY + "()"),
+    ("one-string", "fp32", EMPTY + "'fp32'"),
+    ("has:colon", ("fp32",), NAME),
+    ("odd-precision", ("fp:32",), ("precision 'fp:32' is not a name (letters, digits, '_', "
+                                   "'.', '-')")),
+])
+def test_register_refuses_a_runtime_that_could_not_run_at_the_call(name, precisions, says):
+    with pytest.raises(ValueError) as caught:
+        register(Runtime(name, "a mistake", precisions, open_wrapped, exported=False))
+    assert str(caught.value) == f"runtime {name!r}: {says}"
+    assert name not in RUNTIMES

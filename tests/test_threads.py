@@ -214,3 +214,26 @@ def test_the_governor_sees_busy_processes_of_this_machine():
         for spinner in spinners:
             spinner.kill()
             spinner.wait()
+
+
+def test_a_thread_count_above_the_usable_cpus_is_capped_with_a_note():
+    from core.utils.threads import threads_note  # issue 46: threads beyond the CPUs only wait
+
+    assert choose_threads(999, environ={}, cpus=2) == 2
+    assert threads_note(999, environ={}, cpus=2) == ("--threads 999 is more than the 2 usable "
+                                                     "CPUs: 2 threads")
+    assert choose_threads(None, environ={"OMP_NUM_THREADS": "999"}, cpus=2) == 2
+    assert threads_note(None, environ={"OMP_NUM_THREADS": "999"}, cpus=2) == (
+        "OMP_NUM_THREADS=999 is more than the 2 usable CPUs: 2 threads")
+    assert threads_note(2, environ={"OMP_NUM_THREADS": "999"}, cpus=2) is None
+    share = training_share(workers=1, ranks=1, cpus=2, environ={"OMP_NUM_THREADS": "999"})
+    assert (share.workers, share.threads) == (1, 2)
+    assert share.note == "OMP_NUM_THREADS=999 is more than the 2 usable CPUs: 2 trainer threads"
+
+
+def test_threads_that_are_no_whole_number_are_one_line_before_torch():
+    for value, kind in ((True, "bool"), (2.5, "float"), ("4", "str")):
+        with pytest.raises(UsageError) as caught:
+            choose_threads(value)
+        assert str(caught.value) == (f"threads (--threads) {value!r}: expected a whole number "
+                                     f"of at least 1, got {kind}")

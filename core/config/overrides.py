@@ -58,8 +58,8 @@ def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[s
 
 
 # What every --testiter's help says of its default (core.nnet.checkpoint.default_snapshot).
-DEFAULT_SNAPSHOT = ("default: the training's last iteration, system.max_iter or the max_iter "
-                    "its run folder's config.json records")
+DEFAULT_SNAPSHOT = ("default: the final snapshot of the config's last training, the max_iter "
+                    "its run folder's config.json records, else system.max_iter")
 
 
 def snapshot_or_file_arg(text: str) -> int | str | Path:

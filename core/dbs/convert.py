@@ -224,7 +224,8 @@ def _put(path: Path, make: Callable[[Path], object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         make(path)
     except OSError as err:
-        raise write_error(path, err, elsewhere=ELSEWHERE) from None
+        raise write_error(path, err, f"nothing is left under a final name; free some space or "
+                          f"{ELSEWHERE}") from None
 
 
 @contextlib.contextmanager

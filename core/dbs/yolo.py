@@ -31,6 +31,8 @@ from .detection import DatasetError
 
 _NOT_SPLITS = ("path", "names", "nc", "download", "root", "roboflow", "yaml_file")
 _WINDOWS = re.compile(r"^([A-Za-z]:[\\/]|\\\\)")
+# More values than a data.yaml of 100,000 classes holds: a YAML alias bomb is refused unread.
+MAX_VALUES = 1_000_000
 
 
 def _load_yaml(path: Path) -> dict:
@@ -48,30 +50,70 @@ def _load_yaml(path: Path) -> dict:
     if not isinstance(content, dict):
         raise DatasetError(f"{path}: expected a map of keys (path, train, val, names, ...), "
                            f"got {type(content).__name__}")
+    if _expanded_size(content, {}) > MAX_VALUES:
+        raise DatasetError(f"{path}: expands to more than {MAX_VALUES} values through YAML "
+                           f"aliases (*name); a data.yaml lists its splits and names plainly")
     return {str(key): value for key, value in content.items()}
 
 
+def _expanded_size(value: object, sizes: dict[int, int]) -> int:
+    """How many values `value` holds once every alias is written out; counted once per
+    object (`sizes`), so nested aliases cost nothing to count, however much they expand."""
+    if not isinstance(value, (dict, list)):
+        return 1
+    if id(value) not in sizes:
+        sizes[id(value)] = 0  # a recursive alias is counted once
+        items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+        sizes[id(value)] = 1 + sum(_expanded_size(item, sizes) for item in items)
+    return sizes[id(value)]
+
+
 def _names(content: dict, path: Path) -> list[str]:
-    """`names` as a list, or an index map 0..C-1, checked against `nc` when given."""
+    """`names` as a flat list, or an index map 0..C-1 (keys written '0' count as 0), checked
+    against `nc` when given."""
     names = content.get("names")
     if isinstance(names, dict):
-        if sorted(names, key=str) != sorted(range(len(names)), key=str):
+        keys = [_class_index(k) for k in names]
+        if None in keys or sorted(keys) != list(range(len(names))):
             raise DatasetError(f"{path}: names as a map must have the keys 0..{len(names) - 1}, "
-                               f"got {sorted(names, key=str)[:5]}")
-        names = [names[k] for k in range(len(names))]
+                               f"one each, got {', '.join(repr(k) for k in list(names)[:6])}"
+                               f"{' ...' if len(names) > 6 else ''}")
+        names = [value for _, value in sorted(zip(keys, names.values()))]
     if not isinstance(names, list) or not names:
         raise DatasetError(f"{path}: 'names' must list the class names (a list, or a map "
-                           f"0: name, 1: name, ...), got {names!r}")
+                           f"0: name, 1: name, ...), got {_what(names)}")
+    nested = next((k for k, name in enumerate(names) if isinstance(name, (list, dict))), None)
+    if nested is not None:
+        raise DatasetError(f"{path}: names: item {nested} is {_what(names[nested])}, not a "
+                           f"name; names is a flat list of the class names")
     odd = next((k for k, name in enumerate(names) if name is None or isinstance(name, bool)),
                None)
     if odd is not None:
         raise DatasetError(f"{path}: names: item {odd} reads as YAML's {names[odd]!r} (an "
                            f"unquoted yes, no, on, off, true, false, null or ~); quote it")
     names = [str(name) for name in names]
-    if content.get("nc") is not None and content["nc"] != len(names):
-        raise DatasetError(f"{path}: nc is {content['nc']} but names lists {len(names)} "
-                           f"classes; make them agree")
+    nc = content.get("nc")
+    if nc is not None and (isinstance(nc, bool) or not isinstance(nc, int)):
+        raise DatasetError(f"{path}: nc is {nc!r}, {_what(nc)}, not a number; write nc: "
+                           f"{len(names)} unquoted, or leave nc out (names gives the count)")
+    if nc is not None and nc != len(names):
+        raise DatasetError(f"{path}: nc is {nc} but names lists {len(names)} classes; make "
+                           f"them agree")
     return names
+
+
+def _class_index(key: object) -> int | None:
+    """A names map's key as a class index: 3, or '3' as YAML reads a quoted key; else None."""
+    if isinstance(key, str) and key.isdigit() and str(int(key)) == key:
+        return int(key)
+    return key if isinstance(key, int) and not isinstance(key, bool) else None
+
+
+def _what(value: object) -> str:
+    """`value`'s kind for a message, never its whole text (an alias may make it huge)."""
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'map'} of {len(value)}"
+    return f"a {type(value).__name__}" if value is not None else "nothing"
 
 
 def windows_path(value: object) -> bool:

@@ -15,6 +15,7 @@ another package is one module that calls `register` when it is imported. test.py
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,10 +116,28 @@ class Runtime:
 
 RUNTIMES: dict[str, Runtime] = {}
 DEFAULT = "torch"  # what runs a snapshot when no runtime is named
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 
 
 def register(entry: Runtime) -> Runtime:
-    """Add `entry` to the registry under its name (again: replaced); returns it."""
+    """Add `entry` to the registry under its name (again: replaced); returns it. A ValueError
+    here, at the call that made it, when it could not run: a name that --runtime and the
+    benchmark's `runtime:precision` rows cannot take, or no precision to run at."""
+    if not _NAME.fullmatch(entry.name):
+        raise ValueError(f"runtime {entry.name!r}: a name is letters, digits, '_', '.' and "
+                         "'-' (it is --runtime's value and the first half of a benchmark row "
+                         "'runtime:precision')")
+    if isinstance(entry.precisions, str) or not entry.precisions:
+        raise ValueError(f"runtime {entry.name!r}: precisions must be a tuple of at least one "
+                         f"name (the first is the default), got {entry.precisions!r}")
+    odd = [p for p in (*entry.precisions, *entry.exact) if not _NAME.fullmatch(str(p))]
+    if odd:
+        raise ValueError(f"runtime {entry.name!r}: precision {odd[0]!r} is not a name (letters, "
+                         "digits, '_', '.', '-')")
+    extra = [p for p in entry.exact if p not in entry.precisions]
+    if extra:
+        raise ValueError(f"runtime {entry.name!r}: exact names {extra[0]!r}, which is not one "
+                         f"of its precisions {', '.join(entry.precisions)}")
     RUNTIMES[entry.name] = entry
     return entry
 

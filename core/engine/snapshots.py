@@ -7,13 +7,14 @@ Snapshots are `cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`; the best one by validation AP
 from __future__ import annotations
 
 import glob
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
+from ..nnet.checkpoint import numbered
 from ..utils.dist import check_ranks_agree
+from ..utils.files import move_aside
 from .schedule import due
 
 if TYPE_CHECKING:
@@ -27,20 +28,6 @@ class Checkpointable(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
-
-
-def numbered(system_config: SystemConfig) -> dict[int, Path]:
-    """Iteration -> path of every numbered snapshot of the run, oldest first. Only the names the
-    run writes count (`<Cfg>_7.pkl`): a copy named `<Cfg>_007.pkl` is not snapshot 7's file."""
-    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(0|[1-9]\d*)\.pkl")
-    found = {}
-    folder = system_config.snapshot_dir
-    if folder.is_dir():
-        for path in folder.iterdir():
-            match = pattern.fullmatch(path.name)
-            if match:
-                found[int(match.group(1))] = path
-    return dict(sorted(found.items()))
 
 
 def latest(system_config: SystemConfig, log: Callable[[str], None]) -> int:
@@ -198,10 +185,7 @@ def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> 
         record = None
     if record is not None and record["iteration"] <= start:
         return None
-    k = 1
-    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
-        k += 1
-    path.rename(aside)
+    aside = move_aside(path)
     what = (f"iteration {record['iteration']}, AP {record['AP']:.4f}" if record is not None
             else "unreadable")
     log(f"moved {path.name} ({what}) aside to {aside.name}: it is not the best of this run's "

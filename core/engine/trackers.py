@@ -22,6 +22,7 @@ from typing import Any
 
 from ..utils import hints
 from ..utils.env import setting
+from ..utils.files import move_aside
 
 TRACKERS = ("mlflow", "wandb")
 # written by metrics.py whenever installed; naming it asks to be told when it is not
@@ -181,10 +182,7 @@ def read_run_ids(path: Path, log: Callable[[str], None]) -> dict[str, str]:
         why = f"not a {{tracker: run id}} object but {type(ids).__name__}"
     except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
         why = f"{type(err).__name__}: {err}"
-    k = 1
-    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
-        k += 1
-    path.rename(aside)
+    aside = move_aside(path)
     log(f"warning: {path} cannot be read ({why}); moved aside to {aside.name}, and the "
         f"trackers start new runs (the earlier runs' ids may be in {aside.name})")
     return {}

@@ -11,6 +11,7 @@ snapshot (a plain state dict with `module.` keys) is not ours (`is_ours`) and lo
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -19,7 +20,7 @@ from torch import nn
 
 from ..errors import ConfigError, UsageError, UserMistake
 from ..models import strip_module_prefix
-from ..utils.files import write_atomic
+from ..utils.files import move_aside, write_atomic
 
 if TYPE_CHECKING:
     from ..config import SystemConfig
@@ -45,21 +46,71 @@ def require_snapshot(system_config: SystemConfig, iteration: int | str,
                           f"(available: {', '.join(have) or 'none'}); {hint}")
 
 
-def default_snapshot(system_config: SystemConfig) -> int:
-    """The snapshot a command takes when none is named: the training's last iteration.
+def default_snapshot(system_config: SystemConfig,
+                     log: Callable[[str], None] = print) -> int:
+    """The snapshot a command takes when none is named: the final snapshot of the config's most
+    recent training.
 
-    That is `system.max_iter` of the config as given (with its --set), unless that snapshot is
-    missing and the config's last training ran to another `max_iter` whose snapshot exists (as
-    the run folder's config.json records it: trained with `--set system.max_iter=300`, tested
-    with the config alone)."""
-    if system_config.snapshot_file(system_config.max_iter).is_file():
-        return system_config.max_iter
+    That training's `max_iter` is the one its run folder's config.json records (written when
+    a training starts: trained with `--set system.max_iter=300`, tested with the config alone).
+    Without a record (snapshots from before it, or copied in), it is `system.max_iter` of the
+    config as given. When the last training left no final snapshot but an earlier training of
+    another `max_iter` did, neither is taken: a UsageError names both and `--testiter`. A
+    record that cannot be read is moved aside (config.aside<k>.json) and said to `log`."""
+    config_iter = system_config.max_iter
+    trained = _recorded_max_iter(system_config.snapshot_dir / RUN_CONFIG, log)
+    if trained is None or trained == config_iter:
+        return config_iter
+    name = system_config.snapshot_name
+    if system_config.snapshot_file(trained).is_file():
+        if system_config.snapshot_file(config_iter).is_file():
+            log(f"note: taking {name}_{trained}.pkl, the final snapshot of the last training "
+                f"(max_iter {trained}, {RUN_CONFIG}); {name}_{config_iter}.pkl is of an "
+                f"earlier training: --testiter {config_iter} takes it")
+        return trained
+    if system_config.snapshot_file(config_iter).is_file():
+        have = ", ".join(map(str, numbered(system_config))) or "none"
+        raise UsageError(f"which snapshot of {name}? its last training (max_iter {trained}, "
+                         f"{system_config.snapshot_dir / RUN_CONFIG}) left no {name}_{trained}"
+                         f".pkl, and {name}_{config_iter}.pkl (the config's max_iter) is of an "
+                         f"earlier training; name one with --testiter (iterations there: "
+                         f"{have})")
+    return config_iter
+
+
+def _recorded_max_iter(path: Path, log: Callable[[str], None]) -> int | None:
+    """The `system.max_iter` that the run record `path` holds; None without one. A damaged
+    record is moved aside and said, as a damaged trackers.json is."""
+    if not path.is_file():
+        return None
     try:
-        record = json.loads((system_config.snapshot_dir / RUN_CONFIG).read_text())
-        trained = int(record["system"]["max_iter"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return system_config.max_iter
-    return trained if system_config.snapshot_file(trained).is_file() else system_config.max_iter
+        trained = json.loads(path.read_text())["system"]["max_iter"]
+        if isinstance(trained, int) and not isinstance(trained, bool) and trained >= 0:
+            return trained
+        why = f"system.max_iter is {trained!r}, not an iteration"
+    except (ValueError, UnicodeDecodeError) as err:  # JSONDecodeError is a ValueError
+        why = f"{type(err).__name__}: {err}"
+    except (KeyError, TypeError):
+        why = "no system.max_iter in it"
+    aside = move_aside(path)
+    log(f"warning: {path} cannot be read ({why}); moved aside to {aside.name}, and the "
+        f"snapshot taken without --testiter is the config's max_iter (the next training "
+        f"records a new {path.name})")
+    return None
+
+
+def numbered(system_config: SystemConfig) -> dict[int, Path]:
+    """Iteration -> path of every numbered snapshot of the run, oldest first. Only the names the
+    run writes count (`<Cfg>_7.pkl`): a copy named `<Cfg>_007.pkl` is not snapshot 7's file."""
+    pattern = re.compile(rf"{re.escape(system_config.snapshot_name)}_(0|[1-9]\d*)\.pkl")
+    found = {}
+    folder = system_config.snapshot_dir
+    if folder.is_dir():
+        for path in folder.iterdir():
+            match = pattern.fullmatch(path.name)
+            if match:
+                found[int(match.group(1))] = path
+    return dict(sorted(found.items()))
 
 
 def snapshot_label(system_config: SystemConfig, value: int | str | Path) -> int | str:

@@ -149,7 +149,8 @@ def write_file_atomic(path: Path, write: Callable[[BinaryIO], Any],
         cause = writer.error if writer is not None and writer.error is not None else err
         leftover = _remove_quietly(tmp)
         if isinstance(cause, OSError):
-            raise write_error(path, cause, leftover, elsewhere) from err
+            raise write_error(path, cause, "the previous file is unchanged; free some space "
+                              f"or {elsewhere}{leftover}", leftover) from err
         raise
 
 
@@ -178,14 +179,12 @@ def _remove_quietly(path: Path) -> str:
     return ""
 
 
-def write_error(path: Path, err: OSError, leftover: str = "",
-                elsewhere: str = "set system.cache_dir to another disk") -> StorageError:
-    """The OSError of writing `path` as one line naming it: DiskFull (with the free space
-    there) for a full disk or quota, else NotWritable."""
+def write_error(path: Path, err: OSError, kept: str, leftover: str = "") -> StorageError:
+    """The failure `err` to write `path` as one line: DiskFull naming the path and the free
+    space, then `kept` (what is still whole, what to do); NotWritable naming the path else."""
     if err.errno in _FULL:
-        return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); the "
-                        f"previous file is unchanged; free some space or {elsewhere}"
-                        f"{leftover}", err.errno)
+        return DiskFull(f"disk full: cannot write {path} ({_free_text(path.parent)}); {kept}",
+                        err.errno)
     return NotWritable(f"cannot write {path}: {err.strerror or err}{leftover}", err.errno)
 
 
@@ -228,6 +227,16 @@ def remove_stale_temp_files(folder: Path, folders: bool = False) -> list[Path]:
         else:
             path.unlink(missing_ok=True)
     return removed
+
+
+def move_aside(path: Path) -> Path:
+    """Rename `path` to `<stem>.aside<k><suffix>` beside it, k the first free number; returns
+    the new path. A damaged state file is kept this way for a person to read, never deleted."""
+    k = 1
+    while (aside := path.with_name(f"{path.stem}.aside{k}{path.suffix}")).exists():
+        k += 1
+    path.rename(aside)
+    return aside
 
 
 # ------------------------------------------------------------------------- start-up checks

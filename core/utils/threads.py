@@ -50,15 +50,37 @@ def before_torch(environ: MutableMapping[str, str] = os.environ) -> None:
 def choose_threads(asked: int | None = None, environ: MutableMapping[str, str] = os.environ,
                    cpus: int | None = None) -> int:
     """The thread count: `asked` (--threads), else OMP_NUM_THREADS when it is a whole number
-    of at least 1, else the usable CPUs (`cpus`, default `usable_cpus()`)."""
+    of at least 1, else the usable CPUs (`cpus`, default `usable_cpus()`); never more than
+    those CPUs (`threads_note` says when it was capped)."""
+    return _threads(asked, environ, cpus)[0]
+
+
+def threads_note(asked: int | None = None, environ: MutableMapping[str, str] = os.environ,
+                 cpus: int | None = None) -> str | None:
+    """What `choose_threads` capped, in one line ("--threads 999 is more than the 2 usable
+    CPUs: 2 threads"), or None: threads beyond the CPUs only wait for each other (predict
+    on 2 CPUs ran 20 times slower on 999)."""
+    return _threads(asked, environ, cpus)[1]
+
+
+def _threads(asked: int | None, environ: MutableMapping[str, str],
+             cpus: int | None) -> tuple[int, str | None]:
+    cpus = usable_cpus() if cpus is None else cpus
     if asked is not None:
+        if isinstance(asked, bool) or not isinstance(asked, int):
+            raise UsageError(f"threads (--threads) {asked!r}: expected a whole number of at "
+                             f"least 1, got {type(asked).__name__}")
         if asked < 1:
             raise UsageError(f"--threads must be at least 1, got {asked}")
-        return asked
-    fixed = env_threads(environ)
-    if fixed is not None:
-        return fixed
-    return usable_cpus() if cpus is None else cpus
+        given, what = asked, f"--threads {asked}"
+    else:
+        given = env_threads(environ)
+        if given is None:
+            return cpus, None
+        what = f"{NUM_THREADS}={given}"
+    if given <= cpus:
+        return given, None
+    return cpus, f"{what} is more than the {cpus} usable CPUs: {cpus} threads"
 
 
 def env_threads(environ: MutableMapping[str, str] = os.environ) -> int | None:
@@ -97,7 +119,13 @@ def training_share(workers: int, ranks: int = 1, cpus: int | None = None,
                 f"{whose}: {fits} prefetch worker(s) (the batches are the same with any "
                 "number)")
         workers = fits
-    return CpuShare(workers, choose_threads(None, environ, max(1, per_rank - workers)), note)
+    fixed = env_threads(environ)
+    if fixed is not None and fixed > per_rank:
+        capped = (f"{NUM_THREADS}={fixed} is more than the {per_rank} usable CPUs: {per_rank} "
+                  "trainer threads")
+        note = capped if note is None else f"{note}; {capped}"
+    threads = max(1, per_rank - workers) if fixed is None else min(fixed, per_rank)
+    return CpuShare(workers, threads, note)
 
 
 # torch's own thread count, read before this package first changed it (empty until then).

@@ -111,6 +111,17 @@ def missing_results(path: Path, args: argparse.Namespace, system_config: SystemC
             + (f" (this snapshot's results that exist: {', '.join(done)})" if done else ""))
 
 
+def unscored(results_file: Path, split: str, has_boxes: bool, detections: int) -> str:
+    """The line for a results folder where test wrote `detections` detections but no metrics:
+    the split has no boxes to score against, or test ran with --backend none."""
+    if not has_boxes:
+        return (f"split '{split}' has no boxes (an image-info file): test wrote its "
+                f"{detections} detections to {results_file} for an evaluation server, and "
+                "there is nothing here to analyze them against")
+    return (f"{results_file.parent} holds test's {detections} detections but no metrics.json: "
+            "test ran with --backend none; run it again with a COCO backend to score them")
+
+
 @keeps_process
 def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     # core.inference (torch) and the datasets are imported here, not for --help.
@@ -132,10 +143,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
         raise UsageError("the confusion-matrix picture needs matplotlib, a dependency this "
                          "environment lacks: pip install matplotlib") from None
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = default_snapshot(system_config) if args.testiter is None else args.testiter
+    testiter = default_snapshot(system_config, log) if args.testiter is None else args.testiter
     split = getattr(system_config, SPLITS[args.split])
     folder = results_folder(system_config, testiter, split, args.suffix or None)
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
+    if results_file.is_file() and not summary_file.is_file():  # test ran and scored nothing
+        db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
+                                                                sys_config=system_config)
+        raise UsageError(unscored(results_file, split, db.has_annotations,
+                                  len(read_json(results_file, "the results file"))))
     for path in (summary_file, results_file):
         if not path.is_file():
             raise UsageError(missing_results(path, args, system_config, testiter))

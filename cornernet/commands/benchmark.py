@@ -365,7 +365,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[di
     args.batch = args.batch or ([1, 8] if args.device.type == "cuda" else [1])
     print(device_line(args.device, args.threads, args.batch), flush=True)
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = default_snapshot(system_config) if args.testiter is None else args.testiter
+    testiter = default_snapshot(system_config, log) if args.testiter is None else args.testiter
     db = lookup(datasets, system_config.dataset, "dataset")(db_config,
                                                             split=system_config.val_split,
                                                             sys_config=system_config)

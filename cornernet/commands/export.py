@@ -151,7 +151,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     if args.openvino:
         openvino()  # one line now when it is missing, not after the minutes of export
     system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = snapshot_label(system_config, default_snapshot(system_config)
+    testiter = snapshot_label(system_config, default_snapshot(system_config, log)
                               if args.testiter is None else args.testiter)
     path = require_snapshot(system_config, testiter, "train first or pick --testiter")
     dataset = lookup(datasets, system_config.dataset, "dataset")

@@ -35,6 +35,7 @@ from core.engine.process import keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
 from core.utils.files import StorageError, probe_writable
+from core.utils.threads import threads_note
 from cornernet.defaults import DEFAULT_THRESH
 
 # The detector (torch) and the readers and writers of pictures and videos (cv2) are imported
@@ -54,7 +55,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--testiter", type=snapshot_arg, default=None,
                         help=f"snapshot iteration or 'best' ({DEFAULT_SNAPSHOT})")
     parser.add_argument("--snapshot", type=Path, default=None, metavar="FILE",
-                        help="a snapshot file alone (it records its config)")
+                        help="a snapshot file alone (it records its config; a config named "
+                             "beside it must be the one it was trained with)")
     parser.add_argument("--images", "--source", dest="images", nargs="+", required=True,
                         help="pictures, folders, globs, videos, camera indices (0) or stream "
                              "URLs (rtsp://, http://)")
@@ -78,13 +80,16 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     return args
 
 
-def open_detector(args: argparse.Namespace) -> Detector:
+def open_detector(args: argparse.Namespace, log: Callable[[str], None] = print) -> Detector:
     """The detector the arguments name: a snapshot file, an .onnx file, or a config."""
     from cornernet.detector import open_detector as open_detector_of
 
-    return open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter, args.runtime,
-                            args.precision, args.device, args.config_dir, args.overrides,
-                            args.thresh, args.threads)
+    detector = open_detector_of(args.cfg_file, args.snapshot, args.onnx, args.testiter,
+                                args.runtime, args.precision, args.device, args.config_dir,
+                                args.overrides, args.thresh, args.threads, log)
+    if note := threads_note(args.threads):
+        log(f"note: {note}")
+    return detector
 
 
 @keeps_process
@@ -102,7 +107,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> list[Pa
         probe_writable(args.out, "--out")
     except StorageError as err:
         raise UsageError(str(err)) from None
-    detector = open_detector(args)
+    detector = open_detector(args, log)
     log("weights: " + ("the average (system.ema_decay)"
                          if detector.network.evaluated_weights == "ema" else "the trained ones"))
     # Ctrl-C or SIGTERM: stop after the current frame, so that the outputs close and play.

@@ -36,7 +36,7 @@ from core.errors import UsageError
 from core.inference.coco_eval import BACKENDS, require_backend, score
 from core.inference.folders import results_folder
 from core.utils import lock
-from core.utils.threads import threads_line
+from core.utils.threads import threads_line, threads_note
 
 # torch, the datasets and the test loop are imported by the functions that use them, so that
 # --help imports none of them (cornernet/commands/__init__.py).
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     if system_config.model is None:
         system_config = system_config.replace(model=args.cfg_file)
     split = split_key(args, system_config)
-    testiter = snapshot_label(system_config, default_snapshot(system_config)
+    testiter = snapshot_label(system_config, default_snapshot(system_config, log)
                               if args.testiter is None else args.testiter)
     if split == "testdev" and system_config.dataset == "COCO":
         db_config = official_testdev(system_config, db_config)
@@ -253,6 +253,8 @@ def open_run(args: argparse.Namespace, system_config: SystemConfig, db: Any,
     # A precision changes the results: a journal of another precision is not resumed.
     label = runtime(args.runtime).label(nnet)
     log(f"loading {model_file} ({label}); {threads_line(torch.get_num_threads())}")
+    if note := threads_note(args.threads):
+        log(f"note: {note}")
     log(f"weights: {WEIGHTS[nnet.evaluated_weights]}")
     fingerprint = {"config": {"system": system_config.full, "db": db.configs},
                    "snapshot": snapshot_identity(model_file), "runtime": label,
