@@ -384,6 +384,24 @@ def config_path(name: str, config_dir: Path | None = CONFIG_DIR) -> Path:
                       f"{closest(name, available) if available else 'no configs found'}")
 
 
+def run_record(name: str) -> Path | None:
+    """The recorded config of the run `name` (a run trained with `--data`: its folder's
+    config.json) in the default cache of the project root or of the working directory; None
+    when there is none."""
+    if not NAME.match(name):
+        return None
+    for root in dict.fromkeys((PROJECT_ROOT, Path.cwd())):
+        path = root / "cache" / "nnet" / name / "config.json"
+        if path.is_file():
+            return path
+    return None
+
+
+def overrides_of(overrides: list[str] | None) -> dict[str, dict]:
+    """The `--set` items as {"system": {...}, "db": {...}}, their keys checked."""
+    return parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": _db_schema()})
+
+
 def read_json(path: Path) -> Any:
     """Parse a JSON file; errors name the file and the line."""
     try:
@@ -426,9 +444,15 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
     """Read `<config_dir>/<name>.json` into a SystemConfig and a checked db dict, with the
     `--set` `overrides` ("section.key=value") applied and checked as "--set".
 
-    The snapshot name defaults to the config name, as in the original.
+    The snapshot name defaults to the config name, as in the original. A name that no config
+    file has is the run of that name when one recorded its config (`run_record`).
     """
-    path = config_path(name, config_dir)
+    try:
+        path = config_path(name, config_dir)
+    except ConfigError:
+        path = run_record(name)
+        if path is None:
+            raise
     content = read_json(path)
     if not isinstance(content, dict) or set(content) - {"system", "db"}:
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""

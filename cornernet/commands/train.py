@@ -1,6 +1,7 @@
 """`cornernet train` (train.py): train a corner detector.
 
     cornernet train <Cfg> [--iter N] [--workers W] [--initialize] ...
+    cornernet train <Cfg> --data PATH [--name NAME] [--no-fit] ...   (then: <NAME> by name)
 
 Iterations start+1 .. max_iter; the learning rate is a pure function of the iteration; rank 0
 writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continues exactly. The
@@ -63,8 +64,47 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="after that signal, requeue the SLURM job (system.requeue)")
     parser.add_argument("--config-dir", default=str(CONFIG_DIR), type=Path,
                         help="folder of the <cfg_file>.json files")
+    add_data_args(parser)
     add_set_arg(parser)
     return parser.parse_args(argv)
+
+
+def add_data_args(parser: argparse.ArgumentParser, name: bool = True) -> None:
+    """--data, --name and --no-fit (train; check takes them too)."""
+    parser.add_argument("--data", type=Path, default=None, metavar="PATH",
+                        help="train on this export: a data.yaml, a COCO json, or a folder "
+                             "(Roboflow, CVAT, YOLO, VOC, labelImg); the config gives the model "
+                             "and the training settings, the data its classes and splits")
+    if name:
+        parser.add_argument("--name", default=None,
+                            help="with --data: the run's name, which test, predict, export and "
+                                 "--iter then take in place of a config (default: "
+                                 "<config>-<data folder>)")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="with --data: keep the config's input size, crop scales and test "
+                             "scales instead of fitting them to the data's sizes")
+
+
+def data_run(options: argparse.Namespace, log: Callable[[str], None]) -> argparse.Namespace:
+    """The options of the run: with --data, the run's config resolved and written (core/data/
+    from_data.py) and the options naming the run, its --set applied; else the options less
+    the data options. --name and --no-fit without --data are refused."""
+    from core.errors import UsageError
+
+    values = vars(options).copy()
+    data, name, no_fit = values.pop("data"), values.pop("name", None), values.pop("no_fit")
+    if data is None:
+        if name is not None or no_fit:
+            raise UsageError(f"{'--name' if name is not None else '--no-fit'} goes with --data "
+                             f"PATH; without it the config name is the run's name")
+        return argparse.Namespace(**values)
+    from core.data.from_data import data_config
+
+    system_config, _, _ = data_config(options.cfg_file, data, name, options.overrides,
+                                      fit=not no_fit, config_dir=options.config_dir, log=log,
+                                      write=not values.get("dry_run"))
+    return argparse.Namespace(**{**values, "cfg_file": system_config.snapshot_name,
+                                 "overrides": None})
 
 
 @keeps_process
@@ -76,9 +116,15 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
 
     `outcome` receives what a run in this process produced (core/engine/loop.py `train`); ranks
     in processes of their own fill their own copies, so it stays empty for them."""
+    from core.engine.cli import USER_MISTAKES, report
     from core.engine.launch import launch
     from core.engine.loop import train
 
+    if isinstance(options, argparse.Namespace) and "data" in vars(options):
+        try:
+            options = data_run(options, log)
+        except USER_MISTAKES as err:
+            return report(err)
     return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
