@@ -449,10 +449,13 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
     """
     try:
         path = config_path(name, config_dir)
-    except ConfigError:
+    except ConfigError as err:
         path = run_record(name)
         if path is None:
-            raise
+            places = " or ".join(str(root / "cache" / "nnet" / name) for root in
+                                 dict.fromkeys((PROJECT_ROOT, Path.cwd())))
+            raise ConfigError(f"{err}; nor is it a run trained with --data (no config.json in "
+                              f"{places})") from None
     content = read_json(path)
     if not isinstance(content, dict) or set(content) - {"system", "db"}:
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""
