@@ -47,7 +47,7 @@ def _val_names(record_dir: Path) -> list[str]:
 def test_one_split_is_cut_by_a_seeded_hash_of_the_file_names(tmp_path):
     lines: list[str] = []
     export = labelimg(tmp_path / "shots")
-    system, db, record = data_config("CornerNet_Tiny", export.path, "one", _sets(tmp_path),
+    system, _db, record = data_config("CornerNet_Tiny", export.path, "one", _sets(tmp_path),
                                      fit=False, log=lines.append)
     run_dir = tmp_path / "cache" / "nnet" / "one"
     # the rule, computed here: sha1("0/<file name>") as a fraction of 2**64 below 0.2
@@ -64,10 +64,10 @@ def test_one_split_is_cut_by_a_seeded_hash_of_the_file_names(tmp_path):
                                  "train_images": 6 - len(_val_names(run_dir)),
                                  "val_images": len(_val_names(run_dir))}
     said = [line for line in lines if line.startswith("split: ")]
-    assert said == [f"split: 'shots' is the only split: {len(_val_names(run_dir))} of its 6 "
+    assert said == [(f"split: 'shots' is the only split: {len(_val_names(run_dir))} of its 6 "
                     f"images held out for validation (those whose file name hashes below 0.2, "
                     f"seed 0: the same on every run and machine), "
-                    f"{6 - len(_val_names(run_dir))} train"]
+                    f"{6 - len(_val_names(run_dir))} train")]
     train = json.loads((run_dir / "train.json").read_text())
     assert sorted(Path(im["file_name"]).name for im in train["images"]) == \
         sorted(set(names) - set(_val_names(run_dir)))
@@ -85,7 +85,7 @@ def test_a_split_named_for_both_train_and_val_is_one_split(tmp_path):
     (export.path / "data.yaml").write_text("train: images\nval: images\nnames: [circle, square]\n")
     found = recognise(export.path, tmp_path / "work")
     assert (found.dataset, found.train, found.val) == ("YOLO", "train", None)
-    system, db, record = data_config("CornerNet_Tiny", export.path, "ls", _sets(tmp_path),
+    _system, _db, record = data_config("CornerNet_Tiny", export.path, "ls", _sets(tmp_path),
                                      fit=False, log=lambda text: None)
     assert record["holdout"]["train_images"] + record["holdout"]["val_images"] == 6
     assert record["holdout"]["val_images"] >= 1
@@ -97,7 +97,7 @@ def test_a_windows_path_is_read_beside_the_yaml_with_a_warning(tmp_path):
     yaml.write_text("path: C:/Users/me/Downloads/project-3\ntrain: images\nval: images\n"
                     "names:\n  - circle\n  - square\n")
     lines: list[str] = []
-    system, db, record = data_config("CornerNet_Tiny", yaml, "win", _sets(tmp_path), fit=False,
+    _system, _db, record = data_config("CornerNet_Tiny", yaml, "win", _sets(tmp_path), fit=False,
                                      log=lines.append)
     assert f"warning: {yaml}: path: 'C:/Users/me/Downloads/project-3' is a Windows drive " \
            f"path, not a folder on this machine; the splits were read beside the yaml, from " \
@@ -113,7 +113,7 @@ def test_the_settings_fit_the_data_a_set_wins_and_no_fit_keeps_the_config(tmp_pa
     export = roboflow_coco(tmp_path / "rf", k=4)
     lines: list[str] = []
     _, config_db = load_config("CornerNet_Tiny")
-    system, db, record = data_config("CornerNet_Tiny", export.path, "fit", _sets(tmp_path),
+    _system, db, record = data_config("CornerNet_Tiny", export.path, "fit", _sets(tmp_path),
                                      log=lines.append)
     changes = record["fit"]["changes"]
     # 640-pixel images on a 128 input, objects of 160 px and more (12 px after scaling:
@@ -145,7 +145,7 @@ def test_the_settings_fit_the_data_a_set_wins_and_no_fit_keeps_the_config(tmp_pa
 def test_the_run_is_found_by_its_name_from_its_folder(tmp_path, monkeypatch):
     export = roboflow_coco(tmp_path / "rf export")
     assert run_name("CornerNet_Tiny", export.path) == "CornerNet_Tiny-rf-export"
-    system, db, _ = data_config("CornerNet_Tiny", export.path, None, _sets(tmp_path),
+    _system, db, _ = data_config("CornerNet_Tiny", export.path, None, _sets(tmp_path),
                                 fit=False, log=lambda text: None)
     monkeypatch.chdir(tmp_path)
     loaded, loaded_db = load_config("CornerNet_Tiny-rf-export")
