@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cornernet(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "cornernet.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
 
 
 @pytest.mark.slow
@@ -64,3 +64,27 @@ def test_check_takes_data_and_set(tmp_path):
     changed = check.run(check.parse_args(common + ["db.test_scales=[0.2]"]))
     changes = changed["splits"]["train"]["settings"]["changes"]
     assert "test_scales" not in changes and changes["rand_scale_min"] == 3.0
+
+
+@pytest.mark.slow
+def test_a_run_is_tested_on_another_export_of_its_classes(tmp_path):
+    from _exports import label_studio, voc_devkit
+
+    trained_on = label_studio(tmp_path / "ls")
+    other = voc_devkit(tmp_path / "VOCdevkit")
+    three = roboflow_coco(tmp_path / "rf")
+    empty = tmp_path / "work"
+    empty.mkdir()
+    trained = _cornernet(["train", "CornerNet_Tiny", "--data", str(trained_on.path), "--name",
+                          "ls", "--workers", "1", "--set", "system.max_iter=2",
+                          "system.batch_size=2", f"system.cache_dir={empty / 'cache'}",
+                          f"system.result_dir={empty / 'results'}"], empty)
+    assert trained.returncode == 0, trained.stderr[-3000:]
+    tested = _cornernet(["test", "ls", "--data", str(other.path)], empty)
+    assert tested.returncode == 0, tested.stderr[-3000:]
+    assert "a VOC devkit, read as VOC: 2 classes (circle, square)" in tested.stdout
+    metrics = empty / "results" / "ls" / "2" / "val" / "data-VOCdevkit" / "metrics.json"
+    assert metrics.is_file()
+    refused = _cornernet(["test", "ls", "--data", str(three.path)], empty)
+    assert refused.returncode == 2
+    assert "3 classes (shapes, circle, square) but ls detects 2" in refused.stderr

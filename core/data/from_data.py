@@ -83,6 +83,41 @@ def fit_line(advice: dict, before: dict) -> str:
     return f"fit: {changes}; {keep}; --no-fit keeps the config's"
 
 
+def use_data(system: SystemConfig, db: dict, data: Path, work: Path, log: Log = print
+             ) -> tuple[SystemConfig, dict, dict]:
+    """`system` and `db` reading the export at `data` (steps 1 and 2 of the module docstring):
+    its dataset, db keys, classes and splits, one split cut in two into `work`; and the
+    record of what was found and held out."""
+    found = recognise(data, work)
+    log(found.line())
+    for note in found.notes:
+        log(f"warning: {note}")
+    declared = declared_keys()
+    db = {key: declared[key].default if key in declared and found.dataset not in owners(key)
+          else value for key, value in db.items()}
+    db = check_db_config({**db, **found.db, "categories": len(found.names)},
+                         f"--data {found.source}")
+    system = system.replace(dataset=found.dataset, train_split=found.train,
+                            val_split=found.val or found.train,
+                            test_split=found.test or found.val or found.train)
+    record: dict[str, Any] = {"data": str(found.source), "layout": found.layout,
+                              "dataset": found.dataset, "names": found.names, "holdout": None,
+                              "fit": None}
+    if found.val is None:
+        split_db, cut = hold_out(datasets[found.dataset], db, found.train,
+                                 system.dataset_settings(), work, log)
+        db = check_db_config({**{k: declared[k].default if k in declared else v
+                                 for k, v in db.items()}, **split_db}, "the held-out split")
+        system = system.replace(dataset="COCO", train_split="train", val_split="val",
+                                test_split="val")
+        record["holdout"] = cut
+        log(f"split: '{found.train}' is the only split: {cut['val_images']} of its "
+            f"{cut['train_images'] + cut['val_images']} images held out for validation (those "
+            f"whose file name hashes below {cut['fraction']:g}, seed {cut['seed']}: the same "
+            f"on every run and machine), {cut['train_images']} train")
+    return system, db, record
+
+
 def data_config(config: str, data: Path, name: str | None = None,
                 overrides: list[str] | None = None, fit: bool = True,
                 config_dir: Path | None = CONFIG_DIR, log: Log = print,
@@ -104,33 +139,8 @@ def data_config(config: str, data: Path, name: str | None = None,
                             data_dir=str(folders.data_dir), cache_dir=str(folders.cache_dir),
                             result_dir=str(folders.result_dir.parent))
     run_dir = system.snapshot_dir
-    found = recognise(Path(data), run_dir)
-    log(found.line())
-    for note in found.notes:
-        log(f"warning: {note}")
-    declared = declared_keys()
-    db = {key: declared[key].default if key in declared and found.dataset not in owners(key)
-          else value for key, value in db.items()}
-    db = check_db_config({**db, **found.db, "categories": len(found.names)},
-                         f"--data {found.source}")
-    system = system.replace(dataset=found.dataset, train_split=found.train,
-                            val_split=found.val or found.train,
-                            test_split=found.test or found.val or found.train)
-    record: dict[str, Any] = {"config": config, "data": str(found.source),
-                              "layout": found.layout, "dataset": found.dataset,
-                              "names": found.names, "holdout": None, "fit": None}
-    if found.val is None:
-        split_db, cut = hold_out(datasets[found.dataset], db, found.train,
-                                 system.dataset_settings(), run_dir, log)
-        db = check_db_config({**{k: declared[k].default if k in declared else v
-                                 for k, v in db.items()}, **split_db}, "the held-out split")
-        system = system.replace(dataset="COCO", train_split="train", val_split="val",
-                                test_split="val")
-        record["holdout"] = cut
-        log(f"split: '{found.train}' is the only split: {cut['val_images']} of its "
-            f"{cut['train_images'] + cut['val_images']} images held out for validation (those "
-            f"whose file name hashes below {cut['fraction']:g}, seed {cut['seed']}: the same "
-            f"on every run and machine), {cut['train_images']} train")
+    system, db, found = use_data(system, db, Path(data), run_dir, log)
+    record = {"config": config, **found}
     if fit:
         held = frozenset(overrides_of(overrides)["db"])
         train_db = datasets[system.dataset](db, split=system.train_split,
