@@ -88,3 +88,20 @@ def test_a_run_is_tested_on_another_export_of_its_classes(tmp_path):
     refused = _cornernet(["test", "ls", "--data", str(three.path)], empty)
     assert refused.returncode == 2
     assert "3 classes (shapes, circle, square) but ls detects 2" in refused.stderr
+
+
+@pytest.mark.slow
+def test_the_api_trains_on_an_export_by_the_same_path(tmp_path):
+    from _exports import labelimg
+
+    import cornernet
+
+    export = labelimg(tmp_path / "shots")
+    done = cornernet.train("CornerNet_Tiny", data=export.path, name="api", workers=1,
+                           max_iter=2, batch_size=2, cache_dir=str(tmp_path / "cache"),
+                           result_dir=str(tmp_path / "results"))
+    assert done.status == 0
+    assert [p.name for p in done.snapshots] == ["api_2.pkl"]
+    record = json.loads((tmp_path / "cache" / "nnet" / "api" / "data.json").read_text())
+    assert record["layout"] == "labelImg folders (xml beside the images, no lists)"
+    assert record["holdout"]["train_images"] + record["holdout"]["val_images"] == 6

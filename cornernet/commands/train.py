@@ -102,7 +102,7 @@ def data_run(options: argparse.Namespace, log: Callable[[str], None]) -> argpars
 
     system_config, _, _ = data_config(options.cfg_file, data, name, options.overrides,
                                       fit=not no_fit, config_dir=options.config_dir, log=log,
-                                      write=not values.get("dry_run"))
+                                      write=True)
     return argparse.Namespace(**{**values, "cfg_file": system_config.snapshot_name,
                                  "overrides": None})
 
