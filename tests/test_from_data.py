@@ -135,8 +135,11 @@ def test_the_settings_fit_the_data_a_set_wins_and_no_fit_keeps_the_config(tmp_pa
                                         log=lambda text: None)
     assert db_set["test_scales"] == [0.5] and db_set["rand_scale_min"] == 3.0
     assert "test_scales" not in record_set["fit"]["changes"]
+    said: list[str] = []
     _, db_no, record_no = data_config("CornerNet_Tiny", export.path, "nofit", _sets(tmp_path),
-                                      fit=False, log=lambda text: None)
+                                      fit=False, log=said.append)
+    assert ("fit: none (--no-fit): the config's db.input_size [128,128], crop scales "
+            "[0.6,0.7,0.8,0.9,1,1.1,1.2,1.3], db.test_scales [1]") in said
     assert record_no["fit"] is None
     assert (db_no["test_scales"], db_no["rand_scales"]) == (config_db["test_scales"],
                                                             config_db["rand_scales"])

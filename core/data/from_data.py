@@ -151,7 +151,10 @@ def data_config(config: str, data: Path, name: str | None = None,
         log(fit_line(advice, db))
         db = check_db_config({**db, **advice.get("changes", {})}, "the fitted settings")
         record["fit"] = {key: advice[key] for key in advice if key != "set"}
-    system, db = apply_overrides(system, db, overrides, f"{config} on --data {found.source}")
+    else:
+        log(f"fit: none (--no-fit): the config's db.input_size {_show(db['input_size'])}, crop "
+            f"scales {_show(db['rand_scales'])}, db.test_scales {_show(db['test_scales'])}")
+    system, db = apply_overrides(system, db, overrides, f"{config} on --data {record['data']}")
     if write:
         run_dir.mkdir(parents=True, exist_ok=True)
         for file, content in (("config.json", {"system": _plain(dict(system.full)),
