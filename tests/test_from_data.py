@@ -162,3 +162,25 @@ def test_the_run_is_found_by_its_name_from_its_folder(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="choose another --name"):
         data_config("CornerNet_Tiny", export.path, "CornerNet_Squeeze", _sets(tmp_path),
                     log=lambda text: None)
+
+
+def test_a_coco_json_given_itself_finds_its_images_in_the_export(tmp_path):
+    from _exports import cvat_coco
+
+    export = cvat_coco(tmp_path / "task_12-2024_05_01")
+    found = recognise(export.path / "annotations" / "instances_default.json", tmp_path / "w")
+    assert (found.dataset, found.train, found.val) == ("COCO", "train", None)
+    assert found.db["image_dirs"] == {"train": str(export.path / "images")}
+    assert run_name("CornerNet_Tiny", export.path / "annotations" / "instances_default.json") \
+        == "CornerNet_Tiny-annotations"
+
+
+def test_a_folder_with_no_export_is_one_line_saying_what_was_looked_for(tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("nothing here\n")
+    with pytest.raises(DatasetError) as err:
+        recognise(tmp_path / "notes", tmp_path / "w")
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"--data {tmp_path / 'notes'}: no export recognised there; "
+                                     f"expected a data.yaml, train/ valid/ test/ with "
+                                     f"_annotations.coco.json (Roboflow COCO)")

@@ -136,9 +136,18 @@ def _cvat_coco(path: Path, work: Path) -> Recognised | None:
     splits = {}
     for file in files:
         subset = file.stem.removeprefix("instances_")
-        folder = path / "images" / subset
-        splits[subset] = (folder if folder.is_dir() else path / "images", file)
+        places = [path / "images" / subset, path / "images"]
+        splits[subset] = (_image_folder(file, places) or places[-1], file)
     return _coco("a CVAT COCO export", path, splits)
+
+
+def _image_folder(annotation_file: Path, places: list[Path]) -> Path | None:
+    """The first of `places` holding the first image the COCO file names."""
+    try:
+        first = json.loads(annotation_file.read_bytes())["images"][0]["file_name"]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+    return next((p for p in places if (p / first).is_file()), None)
 
 
 def _yolo_folders(path: Path, work: Path) -> Recognised | None:
@@ -212,16 +221,12 @@ def _labelimg(path: Path, work: Path) -> Recognised | None:
 
 
 def _coco_file(path: Path, layout: str) -> Recognised:
-    try:
-        first = json.loads(path.read_bytes())["images"][0]["file_name"]
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        first = None
     places = [path.parent, path.parent / "images", path.parent.parent / "images",
               path.parent.parent]
-    found = next((p for p in places if first and (p / first).is_file()), None)
+    found = _image_folder(path, places)
     if found is None:
-        raise DatasetError(f"--data {path}: the images of this COCO json (the first: {first}) "
-                           f"are not in {', '.join(map(str, places))}; put them beside it or in "
+        raise DatasetError(f"--data {path}: the first image this COCO json names is not in "
+                           f"{', '.join(map(str, places))}; put the images beside it or in "
                            f"images/")
     return _coco(layout, path, {"train": (found, path)})
 
