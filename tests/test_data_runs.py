@@ -91,7 +91,7 @@ def test_a_run_is_tested_on_another_export_of_its_classes(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_api_trains_on_an_export_by_the_same_path(tmp_path):
+def test_the_api_trains_on_an_export_and_resumes_it_by_name(tmp_path, monkeypatch):
     from _exports import labelimg
 
     import cornernet
@@ -105,3 +105,7 @@ def test_the_api_trains_on_an_export_by_the_same_path(tmp_path):
     record = json.loads((tmp_path / "cache" / "nnet" / "api" / "data.json").read_text())
     assert record["layout"] == "labelImg folders (xml beside the images, no lists)"
     assert record["holdout"]["train_images"] + record["holdout"]["val_images"] == 6
+    monkeypatch.chdir(tmp_path)  # the run's record: ./cache/nnet/api/config.json
+    resumed = cornernet.train("api", resume="2", workers=1, max_iter=3)
+    assert resumed.status == 0 and resumed.iteration == 3
+    assert [p.name for p in resumed.snapshots] == ["api_2.pkl", "api_3.pkl"]
