@@ -125,6 +125,8 @@ def data_config(config: str, data: Path, name: str | None = None,
     """(system config, db config, data record) of `config` trained on the export at `data`, as
     the module docstring says; written into the run folder unless `write` is false."""
     name = name or run_name(config, data)
+    if "snapshot_name" in overrides_of(overrides)["system"]:
+        raise ConfigError("--set system.snapshot_name with --data: the run's name is --name")
     if name != config:
         try:
             found_config = config_path(name, config_dir)
