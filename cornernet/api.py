@@ -60,7 +60,6 @@ def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
     a `TrainResult`."""
     import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
     from core.config import load_config
-    from core.data.from_data import run_name
 
     from .commands import train as command
 
@@ -71,9 +70,8 @@ def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
     options = command.parse_args(_argv(config, config_dir, device, overrides, *more))
     outcome: dict = {}
     status = command.run(options, outcome=outcome)
-    system_config, _ = load_config(config, options.config_dir, overrides=options.overrides) \
-        if data is None else load_config(name or run_name(config, Path(data)),
-                                         options.config_dir)
+    system_config = outcome.get("run_config") or load_config(config, options.config_dir,
+                                                             overrides=options.overrides)[0]
     evaluations = outcome.get("evaluations", [])
     best = outcome.get("best")
     best_file = system_config.snapshot_dir / f"{system_config.snapshot_name}_best.pkl"

@@ -384,17 +384,23 @@ def config_path(name: str, config_dir: Path | None = CONFIG_DIR) -> Path:
                       f"{closest(name, available) if available else 'no configs found'}")
 
 
-def run_record(name: str) -> Path | None:
+def run_folders(name: str, config_dir: Path | None = CONFIG_DIR) -> list[Path]:
+    """Where the run `name`'s recorded config is looked for: `<config_dir>/<name>/` when a
+    --config-dir is given (a cache's nnet/ folder), then the default cache of the project root
+    and of the working directory."""
+    given = [Path(config_dir)] if config_dir is not None and Path(config_dir) != CONFIG_DIR \
+        else []
+    nnets = given + [root / "cache" / "nnet" for root in (PROJECT_ROOT, Path.cwd())]
+    return [folder / name for folder in dict.fromkeys(nnets)]
+
+
+def run_record(name: str, config_dir: Path | None = CONFIG_DIR) -> Path | None:
     """The recorded config of the run `name` (a run trained with `--data`: its folder's
-    config.json) in the default cache of the project root or of the working directory; None
-    when there is none."""
+    config.json) in one of `run_folders`; None when there is none."""
     if not NAME.match(name):
         return None
-    for root in dict.fromkeys((PROJECT_ROOT, Path.cwd())):
-        path = root / "cache" / "nnet" / name / "config.json"
-        if path.is_file():
-            return path
-    return None
+    return next((folder / "config.json" for folder in run_folders(name, config_dir)
+                 if (folder / "config.json").is_file()), None)
 
 
 def overrides_of(overrides: list[str] | None) -> dict[str, dict]:
@@ -445,17 +451,18 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
     `--set` `overrides` ("section.key=value") applied and checked as "--set".
 
     The snapshot name defaults to the config name, as in the original. A name that no config
-    file has is the run of that name when one recorded its config (`run_record`).
+    file has is the run of that name when one recorded its config (`run_record`: in
+    `<config_dir>/<name>/`, or the default caches).
     """
     try:
         path = config_path(name, config_dir)
     except ConfigError as err:
-        path = run_record(name)
+        path = run_record(name, config_dir)
         if path is None:
-            places = " or ".join(str(root / "cache" / "nnet" / name) for root in
-                                 dict.fromkeys((PROJECT_ROOT, Path.cwd())))
+            places = " or ".join(map(str, run_folders(name, config_dir)))
             raise ConfigError(f"{err}; nor is it a run trained with --data (no config.json in "
-                              f"{places})") from None
+                              f"{places}; a run in another cache: --config-dir <cache>/nnet)"
+                              ) from None
     content = read_json(path)
     if not isinstance(content, dict) or set(content) - {"system", "db"}:
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""

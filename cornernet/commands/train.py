@@ -15,9 +15,13 @@ import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, add_set_arg
 from core.engine.cli import keeps_process
+
+if TYPE_CHECKING:
+    from core.config import SystemConfig
 
 PROG = "cornernet train"
 
@@ -85,10 +89,11 @@ def add_data_args(parser: argparse.ArgumentParser, name: bool = True) -> None:
                              "scales instead of fitting them to the data's sizes")
 
 
-def data_run(options: argparse.Namespace, log: Callable[[str], None]) -> argparse.Namespace:
-    """The options of the run: with --data, the run's config resolved and written (core/data/
-    from_data.py) and the options naming the run, its --set applied; else the options less
-    the data options. --name and --no-fit without --data are refused."""
+def data_run(options: argparse.Namespace, log: Callable[[str], None]
+             ) -> tuple[argparse.Namespace, SystemConfig | None]:
+    """The options of the run and, with --data, its config: resolved and written (core/data/
+    from_data.py), the options naming the run, its --set applied; without --data the options
+    less the data options (and None). --name and --no-fit without --data are refused."""
     from core.errors import UsageError
 
     values = vars(options).copy()
@@ -97,14 +102,16 @@ def data_run(options: argparse.Namespace, log: Callable[[str], None]) -> argpars
         if name is not None or no_fit:
             raise UsageError(f"{'--name' if name is not None else '--no-fit'} goes with --data "
                              f"PATH; without it the config name is the run's name")
-        return argparse.Namespace(**values)
+        return argparse.Namespace(**values), None
     from core.data.from_data import data_config
 
     system_config, _, _ = data_config(options.cfg_file, data, name, options.overrides,
                                       fit=not no_fit, config_dir=options.config_dir, log=log,
                                       write=True)
+    # the ranks read the run's config by its name from its folder, wherever the cache is
     return argparse.Namespace(**{**values, "cfg_file": system_config.snapshot_name,
-                                 "overrides": None})
+                                 "config_dir": system_config.snapshot_dir.parent,
+                                 "overrides": None}), system_config
 
 
 @keeps_process
@@ -115,16 +122,19 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
     thread count and environment are the caller's again afterwards.
 
     `outcome` receives what a run in this process produced (core/engine/loop.py `train`); ranks
-    in processes of their own fill their own copies, so it stays empty for them."""
+    in processes of their own fill their own copies, so it stays empty for them. With --data
+    it holds the run's config as "run_config" (its record may lie outside the name's search)."""
     from core.engine.cli import USER_MISTAKES, report
     from core.engine.launch import launch
     from core.engine.loop import train
 
     if isinstance(options, argparse.Namespace) and "data" in vars(options):
         try:
-            options = data_run(options, log)
+            options, run_config = data_run(options, log)
         except USER_MISTAKES as err:
             return report(err)
+        if outcome is not None and run_config is not None:
+            outcome["run_config"] = run_config
     return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
