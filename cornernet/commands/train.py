@@ -11,6 +11,7 @@ loop itself is core/engine/loop.py; this module is the command line around it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from core.engine.cli import keeps_process
 
 if TYPE_CHECKING:
     from core.config import SystemConfig
+    from core.engine.launch import Options
 
 PROG = "cornernet train"
 
@@ -89,29 +91,26 @@ def add_data_args(parser: argparse.ArgumentParser, name: bool = True) -> None:
                              "scales instead of fitting them to the data's sizes")
 
 
-def data_run(options: argparse.Namespace, log: Callable[[str], None]
-             ) -> tuple[argparse.Namespace, SystemConfig | None]:
+def data_run(options: Options, log: Callable[[str], None]) -> tuple[Options, SystemConfig | None]:
     """The options of the run and, with --data, its config: resolved and written (core/data/
-    from_data.py), the options naming the run, its --set applied; without --data the options
-    less the data options (and None). --name and --no-fit without --data are refused."""
+    from_data.py), the options naming the run (read from its folder by every rank), its --set
+    applied; without --data the options as they are (and None). --name and --no-fit without
+    --data are refused."""
     from core.errors import UsageError
 
-    values = vars(options).copy()
-    data, name, no_fit = values.pop("data"), values.pop("name", None), values.pop("no_fit")
-    if data is None:
-        if name is not None or no_fit:
-            raise UsageError(f"{'--name' if name is not None else '--no-fit'} goes with --data "
-                             f"PATH; without it the config name is the run's name")
-        return argparse.Namespace(**values), None
+    if options.data is None:
+        if options.name is not None or options.no_fit:
+            raise UsageError(f"{'--name' if options.name is not None else '--no-fit'} goes with "
+                             f"--data PATH; without it the config name is the run's name")
+        return options, None
     from core.data.from_data import data_config
 
-    system_config, _, _ = data_config(options.cfg_file, data, name, options.overrides,
-                                      fit=not no_fit, config_dir=options.config_dir, log=log,
-                                      write=True)
-    # the ranks read the run's config by its name from its folder, wherever the cache is
-    return argparse.Namespace(**{**values, "cfg_file": system_config.snapshot_name,
-                                 "config_dir": system_config.snapshot_dir.parent,
-                                 "overrides": None}), system_config
+    system_config, _, _ = data_config(options.cfg_file, options.data, options.name,
+                                      list(options.overrides or []), fit=not options.no_fit,
+                                      config_dir=options.config_dir, log=log, write=True)
+    return dataclasses.replace(options, cfg_file=system_config.snapshot_name,
+                               config_dir=system_config.snapshot_dir.parent, overrides=None,
+                               data=None, name=None, no_fit=False), system_config
 
 
 @keeps_process
@@ -125,16 +124,15 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
     in processes of their own fill their own copies, so it stays empty for them. With --data
     it holds the run's config as "run_config" (its record may lie outside the name's search)."""
     from core.engine.cli import USER_MISTAKES, report
-    from core.engine.launch import launch
+    from core.engine.launch import Options, launch
     from core.engine.loop import train
 
-    if isinstance(options, argparse.Namespace) and "data" in vars(options):
-        try:
-            options, run_config = data_run(options, log)
-        except USER_MISTAKES as err:
-            return report(err)
-        if outcome is not None and run_config is not None:
-            outcome["run_config"] = run_config
+    try:
+        options, run_config = data_run(Options.of(options), log)
+    except USER_MISTAKES as err:
+        return report(err)
+    if outcome is not None and run_config is not None:
+        outcome["run_config"] = run_config
     return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
