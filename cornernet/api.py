@@ -54,18 +54,27 @@ def _argv(config: str, config_dir: str | Path | None, device: str | None,
 
 
 def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
-          device: str | None = None, resume: str = "0", **overrides: Any) -> TrainResult:
+          device: str | None = None, resume: str = "0", data: str | Path | None = None,
+          name: str | None = None, fit: bool = True, weights: str | Path | None = None,
+          **overrides: Any) -> TrainResult:
     """Train `config` as `cornernet train` does, with settings changed by keyword
-    (`max_iter=2`, `db__input_size=[255, 255]`); returns a `TrainResult`."""
+    (`max_iter=2`, `db__input_size=[255, 255]`); on the export at `data` (`--data`) as the run
+    `name` (default `<config>-<data folder>`), its sizes fitted unless `fit` is false; from the
+    weights of the file `weights` (`--weights`) when given; returns a `TrainResult`."""
     from core.config import load_config
 
     from .commands import train as command
 
-    options = command.parse_args(_argv(config, config_dir, device, overrides, "--workers",
-                                       str(workers), "--iter", resume))
+    more = ["--workers", str(workers), "--iter", resume]
+    if data is not None:
+        more += ["--data", str(data), *(["--name", name] if name else []),
+                 *([] if fit else ["--no-fit"])]
+    more += ["--weights", str(weights)] if weights is not None else []
+    options = command.parse_args(_argv(config, config_dir, device, overrides, *more))
     outcome: dict = {}
     status = command.run(options, outcome=outcome)
-    system_config, _ = load_config(config, options.config_dir, overrides=options.overrides)
+    system_config = outcome.get("run_config") or load_config(config, options.config_dir,
+                                                             overrides=options.overrides)[0]
     evaluations = outcome.get("evaluations", [])
     best = outcome.get("best")
     best_file = system_config.snapshot_dir / f"{system_config.snapshot_name}_best.pkl"

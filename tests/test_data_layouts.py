@@ -116,7 +116,7 @@ def test_a_byte_order_mark_a_wrapped_names_list_and_crlf(tmp_path):
 
 
 @pytest.mark.parametrize("text, says", [
-    ("path: C:/Yolo/hats\ntrain: train/images\nnames: [a, b]\n",
+    ("path: C:/Yolo/hats\ntrain: hats/train/images\nnames: [a, b]\n",
      r"data.yaml: path: 'C:/Yolo/hats' is a Windows drive path, not a folder on this machine"),
     ("train: D:\\Yolo\\hats\\train\\images\nnames: [a, b]\n",
      r"data.yaml: train: 'D:\\\\Yolo\\\\hats\\\\train\\\\images' is a Windows drive path"),

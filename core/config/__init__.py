@@ -22,10 +22,13 @@ from .system import (
     config_dirs,
     config_path,
     load_config,
+    overrides_of,
     read_json,
+    run_record,
 )
 
 __all__ = ["CONFIG_DIR", "DEFAULT_SNAPSHOT", "PROJECT_ROOT", "ConfigError", "DatasetSettings",
            "SystemConfig", "add_set_arg", "apply_overrides", "check_db_config", "closest",
-           "config_dirs", "config_path", "load_config", "lookup", "parse_overrides", "read_json",
+           "config_dirs", "config_path", "load_config", "lookup", "overrides_of",
+           "parse_overrides", "read_json", "run_record",
            "snapshot_arg", "snapshot_or_file_arg"]

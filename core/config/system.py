@@ -385,6 +385,30 @@ def config_path(name: str, config_dir: Path | None = CONFIG_DIR) -> Path:
                       f"{closest(name, available) if available else 'no configs found'}")
 
 
+def run_folders(name: str, config_dir: Path | None = CONFIG_DIR) -> list[Path]:
+    """Where the run `name`'s recorded config is looked for: `<config_dir>/<name>/` when a
+    --config-dir is given (a cache's nnet/ folder), then the default cache of the project root
+    and of the working directory."""
+    given = [Path(config_dir)] if config_dir is not None and Path(config_dir) != CONFIG_DIR \
+        else []
+    nnets = given + [root / "cache" / "nnet" for root in (PROJECT_ROOT, Path.cwd())]
+    return [folder / name for folder in dict.fromkeys(nnets)]
+
+
+def run_record(name: str, config_dir: Path | None = CONFIG_DIR) -> Path | None:
+    """The recorded config of the run `name` (a run trained with `--data`: its folder's
+    config.json) in one of `run_folders`; None when there is none."""
+    if not NAME.match(name):
+        return None
+    return next((folder / "config.json" for folder in run_folders(name, config_dir)
+                 if (folder / "config.json").is_file()), None)
+
+
+def overrides_of(overrides: list[str] | None) -> dict[str, dict]:
+    """The `--set` items as {"system": {...}, "db": {...}}, their keys checked."""
+    return parse_overrides(overrides, {"system": _SYSTEM_SCHEMA, "db": _db_schema()})
+
+
 def read_json(path: Path) -> Any:
     """Parse a JSON file; errors name the file and the line."""
     try:
@@ -430,9 +454,19 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
     (train's --weights FILE) starts from FILE with the fine-tuning learning rate and warm-up
     (core/config/fine_tune.py) where --set does not give them.
 
-    The snapshot name defaults to the config name, as in the original.
+    The snapshot name defaults to the config name, as in the original. A name that no config
+    file has is the run of that name when one recorded its config (`run_record`: in
+    `<config_dir>/<name>/`, or the default caches).
     """
-    path = config_path(name, config_dir)
+    try:
+        path = config_path(name, config_dir)
+    except ConfigError as err:
+        path = run_record(name, config_dir)
+        if path is None:
+            places = " or ".join(map(str, run_folders(name, config_dir)))
+            raise ConfigError(f"{err}; nor is it a run trained with --data (no config.json in "
+                              f"{places}; a run in another cache: --config-dir <cache>/nnet)"
+                              ) from None
     content = read_json(path)
     if not isinstance(content, dict) or set(content) - {"system", "db"}:
         extra = set(content) - {"system", "db"} if isinstance(content, dict) else ""

@@ -92,9 +92,17 @@ def set_line(changes: dict) -> str:
                                for key, value in changes.items())
 
 
-def settings_advice(db: Any, sampling: str, samples: int = 64, seed: int = 0) -> dict:
+# Settings that change together: a --set of one keeps the config's whole group.
+GROUPS = ({"input_size", "output_sizes"},
+          {"rand_scales", "rand_scale_min", "rand_scale_max", "rand_scale_step"},
+          {"test_scales"})
+
+
+def settings_advice(db: Any, sampling: str, samples: int = 64, seed: int = 0,
+                    held: frozenset[str] = frozenset()) -> dict:
     """The advice for the training split `db` (see the module docstring): image and object
-    sizes, the crop loss today, the changes and the crop loss under them, the `--set` line."""
+    sizes, the crop loss today, the changes and the crop loss under them, the `--set` line.
+    The db keys in `held` (set by the user) are not changed, nor the others of their group."""
     if sampling != "cornernet":
         return {"note": f"no settings advice for sampling_function '{sampling}' (its crops "
                         f"are drawn around objects)"}
@@ -113,7 +121,9 @@ def settings_advice(db: Any, sampling: str, samples: int = 64, seed: int = 0) ->
         return {"note": "no objects to advise from"}
     long_side = float(np.median(sizes))
     small_px = float(np.percentile(small, 10))
-    changes = suggest(db.configs, long_side, small_px)
+    kept = set().union(*(group for group in GROUPS if group & held))
+    changes = {key: value for key, value in suggest(db.configs, long_side, small_px).items()
+               if key not in kept}
     rng = np.random.default_rng(seed)
     picked = [objects[k] for k in sorted(rng.choice(len(objects), min(samples, len(objects)),
                                                     replace=False))]

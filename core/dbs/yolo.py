@@ -29,7 +29,7 @@ from core.config.db_keys import BUILTIN, DbKey
 from .converted import IMAGE_SUFFIXES, Converted, Problems, coco_dict, files_key, image_size
 from .detection import DatasetError
 
-_NOT_SPLITS = ("path", "names", "nc", "download", "root", "roboflow", "yaml_file")
+_NOT_SPLITS = ("path", "names", "nc", "download", "root", "roboflow", "yaml_file", "note")
 _WINDOWS = re.compile(r"^([A-Za-z]:[\\/]|\\\\)")
 # More values than a data.yaml of 100,000 classes holds: a YAML alias bomb is refused unread.
 MAX_VALUES = 1_000_000
@@ -129,11 +129,30 @@ def read_data_yaml(path: Path) -> dict:
     names = _names(content, path)
     root = content.get("path")
     if windows_path(root):
-        raise DatasetError(f"{path}: path: {root!r} is a Windows drive path, not a folder on "
-                           f"this machine; write the dataset's folder there (relative to "
-                           f"{path.parent}), or delete the path: line to use that folder")
+        # written on Windows (Label Studio, a user's yaml): the splits may sit beside the yaml
+        beside = {**content, "root": _absolute(path.parent), "names": names}
+        if not _splits_there(beside, path):
+            raise DatasetError(f"{path}: path: {root!r} is a Windows drive path, not a folder "
+                               f"on this machine; write the dataset's folder there (relative "
+                               f"to {path.parent}), or delete the path: line to use that folder")
+        return {**beside, "note": f"path: {root!r} is a Windows drive path, not a folder on "
+                                  f"this machine; the splits were read beside the yaml, from "
+                                  f"{path.parent}"}
     root = _absolute(path.parent if root in (None, "") else path.parent / str(root))
     return {**content, "root": root, "names": names}
+
+
+def _splits_there(data: dict, path: Path) -> bool:
+    """Whether every split of `data` is found from its root."""
+    splits = [key for key in data if key not in _NOT_SPLITS]
+    try:
+        for split in splits:
+            entries = data[split]
+            for entry in entries if isinstance(entries, list) else [entries]:
+                split_path(data, split, entry, path)
+    except DatasetError:
+        return False
+    return bool(splits)
 
 
 def _absolute(path: Path) -> Path:
@@ -260,6 +279,8 @@ def _check_label_files(images: list[Path], split: str, data_yaml: Path,
 def read_split(data_yaml: Path, split: str, problems: Problems) -> tuple[Path, dict]:
     """(image root, COCO instances dict) of one split of a YOLO dataset."""
     data = read_data_yaml(data_yaml)
+    if "note" in data:
+        problems.note("a Windows path: read beside the yaml", str(data_yaml), data["note"])
     root, names = data["root"], data["names"]
     images, boxes = [], []
     listed = split_images(data, split, data_yaml)

@@ -83,6 +83,11 @@ class Options:
     config_dir: Path = CONFIG_DIR
     overrides: tuple[str, ...] | None = None  # --set
     weights: str | None = None  # --weights FILE: the starting weights of a fine-tuning run
+    # --data, --name, --no-fit: resolved by the command into the run's config (cornernet/
+    # commands/train.py `data_run`) before launch, which is then given the run's name
+    data: Path | None = None
+    name: str | None = None
+    no_fit: bool = False
 
     @classmethod
     def of(cls, args: argparse.Namespace | Options) -> Options:
@@ -292,6 +297,9 @@ def launch(args: argparse.Namespace | Options, train: Train,
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
         return run_rank(train, 0, 1, args)
     try:
+        if args.data is not None:  # never silently trained on the config's own data instead
+            raise ConfigError("launch takes the run's name: --data is resolved into the run's "
+                              "config by `cornernet train` (its data_run) first")
         check_environment()  # CORNERNET_* values, before any process or watch thread reads one
         check_args(args)
         if args.distributed and cluster.in_job_step():  # srun started this process as a rank

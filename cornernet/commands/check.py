@@ -1,6 +1,7 @@
 """Look at a config's data before training: counts, problems, and what the network is shown.
 
     cornernet check <Cfg> [--splits train val] [--out DIR] [--batch-images 4]
+                          [--data PATH [--name NAME] [--no-fit]] [--set KEY=VALUE ...]
 
 For each split (by default the config's train_split and val_split) it prints and writes to
 <out>/report.json (default <result_dir>/<Cfg>/check/): images, objects, objects per class and
@@ -26,9 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import CONFIG_DIR, load_config, lookup
+from core.config import CONFIG_DIR, add_set_arg, load_config, lookup
 from core.engine.cli import exit_status
 from core.engine.process import keeps_process
+
+from .train import add_data_args
 
 PROG = "cornernet check"
 
@@ -46,6 +49,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--crop-samples", type=int, default=64,
                         help="training images that get one augmented view each to measure "
                              "the crop cut-offs")
+    add_data_args(parser)
+    add_set_arg(parser)
     return parser.parse_args(argv)
 
 
@@ -117,7 +122,19 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     from core.dbs import datasets
     from core.sample import sampler
 
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
+    if args.data is not None:  # the config as `train --data` would resolve it (not written)
+        from core.data.from_data import data_config
+
+        system_config, db_config, _ = data_config(
+            args.cfg_file, args.data, args.name, args.overrides, fit=not args.no_fit,
+            config_dir=args.config_dir, log=print, write=False)
+    elif args.name is not None or args.no_fit:
+        from core.errors import UsageError
+
+        raise UsageError("--name and --no-fit go with --data PATH")
+    else:
+        system_config, db_config = load_config(args.cfg_file, args.config_dir,
+                                               overrides=args.overrides)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     splits = args.splits or list(dict.fromkeys([system_config.train_split,
                                                 system_config.val_split]))

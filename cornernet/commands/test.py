@@ -94,6 +94,10 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--raw-weights", action="store_true",
                         help="evaluate the trained weights, not their average (system.ema_decay)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    parser.add_argument("--data", type=Path, default=None, metavar="PATH",
+                        help="evaluate on this export's split (a data.yaml, a COCO json or a "
+                             "folder, as `train --data` takes it) with the run's classes; "
+                             "results under <iter>/<split>/data-<folder>")
     add_set_arg(parser)
     add_runtime_args(parser)
     args = parser.parse_args(argv)
@@ -154,6 +158,23 @@ def check_writable(folder: Path) -> None:
                          "writable or set system.result_dir") from None
 
 
+def on_data(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
+            log: Log) -> tuple[SystemConfig, dict, str]:
+    """The config reading `--data` (its dataset, splits, a held-out share of a lone split) with
+    the network's own settings, and the results folder's suffix; the data's classes must be
+    as many as the network's."""
+    from core.data.from_data import run_name, use_data
+
+    folder = run_name("data", args.data)
+    system, db, found = use_data(system_config, db_config, args.data,
+                                 system_config.result_dir / folder, log)
+    if db["categories"] != db_config["categories"]:
+        raise UsageError(f"--data {args.data}: {db['categories']} classes "
+                         f"({', '.join(found['names'])}) but {args.cfg_file} detects "
+                         f"{db_config['categories']}; test on data of the same classes")
+    return system, db, (f"{args.suffix}-" if args.suffix else "") + folder
+
+
 @keeps_process
 def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     """Evaluate as the options say; returns the COCO metrics written to metrics.json (None for
@@ -170,6 +191,9 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
             args.cfg_file, args.config_dir)[0].snapshot_name)
     if system_config.model is None:
         system_config = system_config.replace(model=args.cfg_file)
+    suffix = args.suffix
+    if getattr(args, "data", None) is not None:
+        system_config, db_config, suffix = on_data(args, system_config, db_config, log)
     split = split_key(args, system_config)
     testiter = snapshot_label(system_config, default_snapshot(system_config, log)
                               if args.testiter is None else args.testiter)
@@ -182,7 +206,7 @@ def run(args: argparse.Namespace, log: Log = print) -> dict | None:
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
     warn_split_overlap(system_config, db_config, db, split, log)
-    out_dir = results_folder(system_config, testiter, split, args.suffix)
+    out_dir = results_folder(system_config, testiter, split, suffix)
     check_writable(out_dir)
     # Two runs on one results folder would interleave their journals: one at a time.
     lock.acquire(out_dir, log, "use another --suffix or system.result_dir")

@@ -1,6 +1,7 @@
 """`cornernet train` (train.py): train a corner detector.
 
     cornernet train <Cfg> [--iter N] [--workers W] [--initialize] ...
+    cornernet train <Cfg> --data PATH [--name NAME] [--no-fit] ...   (then: <NAME> by name)
 
 Iterations start+1 .. max_iter; the learning rate is a pure function of the iteration; rank 0
 writes snapshots cache/nnet/<Cfg>/<Cfg>_<iter>.pkl from which `--iter N` continues exactly. The
@@ -10,13 +11,19 @@ loop itself is core/engine/loop.py; this module is the command line around it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, add_set_arg
 from core.engine.process import keeps_process
+
+if TYPE_CHECKING:
+    from core.config import SystemConfig
+    from core.engine.launch import Options
 
 PROG = "cornernet train"
 
@@ -69,8 +76,47 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                              "another class count: tensors of the same name and shape load, "
                              "the rest start fresh; a tenth of the config's learning rate and a "
                              "short warm-up unless --set gives them")
+    add_data_args(parser)
     add_set_arg(parser)
     return parser.parse_args(argv)
+
+
+def add_data_args(parser: argparse.ArgumentParser, name: bool = True) -> None:
+    """--data, --name and --no-fit (train; check takes them too)."""
+    parser.add_argument("--data", type=Path, default=None, metavar="PATH",
+                        help="train on this export: a data.yaml, a COCO json, or a folder "
+                             "(Roboflow, CVAT, YOLO, VOC, labelImg); the config gives the model "
+                             "and the training settings, the data its classes and splits")
+    if name:
+        parser.add_argument("--name", default=None,
+                            help="with --data: the run's name, which test, predict, export and "
+                                 "--iter then take in place of a config (default: "
+                                 "<config>-<data folder>)")
+    parser.add_argument("--no-fit", action="store_true",
+                        help="with --data: keep the config's input size, crop scales and test "
+                             "scales instead of fitting them to the data's sizes")
+
+
+def data_run(options: Options, log: Callable[[str], None]) -> tuple[Options, SystemConfig | None]:
+    """The options of the run and, with --data, its config: resolved and written (core/data/
+    from_data.py), the options naming the run (read from its folder by every rank), its --set
+    applied; without --data the options as they are (and None). --name and --no-fit without
+    --data are refused."""
+    from core.errors import UsageError
+
+    if options.data is None:
+        if options.name is not None or options.no_fit:
+            raise UsageError(f"{'--name' if options.name is not None else '--no-fit'} goes with "
+                             f"--data PATH; without it the config name is the run's name")
+        return options, None
+    from core.data.from_data import data_config
+
+    system_config, _, _ = data_config(options.cfg_file, options.data, options.name,
+                                      list(options.overrides or []), fit=not options.no_fit,
+                                      config_dir=options.config_dir, log=log, write=True)
+    return dataclasses.replace(options, cfg_file=system_config.snapshot_name,
+                               config_dir=system_config.snapshot_dir.parent, overrides=None,
+                               data=None, name=None, no_fit=False), system_config
 
 
 @keeps_process
@@ -81,10 +127,18 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
     thread count and environment are the caller's again afterwards.
 
     `outcome` receives what a run in this process produced (core/engine/loop.py `train`); ranks
-    in processes of their own fill their own copies, so it stays empty for them."""
-    from core.engine.launch import launch
+    in processes of their own fill their own copies, so it stays empty for them. With --data
+    it holds the run's config as "run_config" (its record may lie outside the name's search)."""
+    from core.engine.cli import USER_MISTAKES, report
+    from core.engine.launch import Options, launch
     from core.engine.loop import train
 
+    try:
+        options, run_config = data_run(Options.of(options), log)
+    except USER_MISTAKES as err:
+        return report(err)
+    if outcome is not None and run_config is not None:
+        outcome["run_config"] = run_config
     return launch(options, functools.partial(train, outcome=outcome), log=log)
 
 
