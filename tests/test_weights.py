@@ -183,3 +183,22 @@ def test_train_py_takes_weights(tmp_path):
     assert "re-initialised 4 tensors (class count 4 -> 2)" in result.stdout
     assert f"fine-tuning from {path}: learning rate 0.0001, warm-up 1 iterations" \
         in result.stdout
+
+
+@pytest.mark.slow
+def test_the_api_takes_weights_beside_data(tmp_path, capsys):
+    """`cornernet.train(..., data=, weights=)` is `--data ... --weights ...`: the classes come
+    from the export, the heads start fresh and the rest loads."""
+    import cornernet
+
+    _, path = _four_class_snapshot(tmp_path)
+    data = _two_class_yolo(tmp_path / "yolo")
+    done = cornernet.train("CornerNet_Tiny", workers=1, data=data, name="tuned", weights=path,
+                           fit=False, cache_dir=str(tmp_path / "cache"),
+                           result_dir=str(tmp_path / "results"), max_iter=2, eval_iter=0,
+                           val_iter=0, batch_size=2, batch_pictures=False)
+    said = capsys.readouterr().out
+    assert done.status == 0 and done.iteration == 2
+    assert [p.name for p in done.snapshots] == ["tuned_2.pkl"]
+    assert "re-initialised 4 tensors (class count 4 -> 2)" in said
+    assert "loaded 266 of the model's 270 tensors" in said
