@@ -143,8 +143,7 @@ def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
     the network's (a second GPU, `--device cuda:1`)."""
     from types import SimpleNamespace
 
-    from core.inference.loop import _decode_clock
-    from core.inference.timing import StageTimer
+    from core.inference.timing import StageTimer, decode_clock
 
     class Heads(torch.nn.Module):
         def __init__(self):
@@ -158,9 +157,29 @@ def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
     model = Heads()
     nnet = SimpleNamespace(model=model, device=torch.device("cuda", 1))
-    with _decode_clock(nnet, StageTimer()):
+    timer = StageTimer()
+    with decode_clock(nnet, timer, sync=True):
         model(torch.ones(1))
     assert waited == [torch.device("cuda", 1)]
+    assert set(timer.seconds) == {"decode", "network"}
+
+
+def test_the_decode_clock_never_waits_for_a_gpu_unless_asked(monkeypatch):
+    from types import SimpleNamespace
+
+    from core.inference.timing import StageTimer, decode_clock
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    model = torch.nn.Module()
+    model.br_offs = torch.nn.ModuleList([torch.nn.Identity()])
+    model.forward = lambda x: model.br_offs[-1](x) * 2
+    for device, split in ((torch.device("cuda", 0), False), (torch.device("cpu"), True)):
+        timer = StageTimer()
+        with decode_clock(SimpleNamespace(model=model, device=device), timer):
+            model(torch.ones(1))
+        assert ("decode" in timer.seconds) is split, device
+    assert waited == []
 
 
 class SlowNet(FakeNet):
