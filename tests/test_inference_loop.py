@@ -86,6 +86,20 @@ def test_batches_group_consecutive_images_of_one_size_and_give_the_same_detectio
             np.testing.assert_array_equal(dets[cls], batched.detections[image_id][cls])
 
 
+def test_with_buckets_a_batch_of_images_of_two_sizes_is_one_forward_in_image_order():
+    db = FakeDB()
+    db.configs["test_buckets"] = [[127, 255]]  # holds both canvases, 127 x 127 and 127 x 255
+    one, three = FakeNet(), FakeNet()
+    single = detect(db, one, system(), db.db_inds, batch_size=1)
+    seen = []
+    batched = detect(db, three, system(), db.db_inds, batch_size=3, on_image=seen.append)
+    assert three.batches == [3, 3, 1]
+    assert [r.image_id for r in seen] == list(batched.detections) == [100 + k for k in range(7)]
+    for image_id, dets in single.detections.items():
+        for cls in dets:
+            np.testing.assert_array_equal(dets[cls], batched.detections[image_id][cls])
+
+
 def test_strict_images_makes_an_unreadable_image_an_error():
     db = FakeDB(bad={1})
     with pytest.raises(ImageReadError, match="/data/1.jpg"):
