@@ -26,11 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, run as a script
 
-import core.dbs  # noqa: E402, F401 - the datasets declare their db keys to the config check
-from core.config import load_config  # noqa: E402
-from core.inference.cornernet import decode_kwargs, output_size  # noqa: E402
-from core.models.py_utils.decode import decode, dense_topk  # noqa: E402
-from core.utils.host_reads import counting_host_reads  # noqa: E402
+import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
+from core.config import load_config
+from core.inference.cornernet import decode_kwargs, output_size
+from core.models.py_utils.decode import decode, dense_topk
+from core.utils.host_reads import counting_host_reads
 
 CONFIGS = ("CornerNet_Squeeze", "CornerNet", "CornerNet_Saccade")
 # The canvas of a 480 x 640 image at scale 1 (the commonest COCO size).
