@@ -145,3 +145,36 @@ def test_on_a_gpu_auto_buckets_and_the_input_is_in_the_weights_layout():
     prepared = [prepare_cornernet(_db("auto"), image) for image in IMAGES]
     run_cornernet(_db("auto"), net, prepared)
     assert sorted(net.inputs) == [((1, 3, 511, 511), True), ((2, 3, 511, 767), True)]
+
+
+# ---- the must-show properties on real images, with a small model -----------------------
+
+@pytest.mark.slow  # 20 forwards of CornerNet_Tiny: seconds on an idle 2-core machine
+def test_buckets_on_real_images_keep_ap_and_the_detections_of_unchanged_canvases(coco128,
+                                                                                 tmp_path):
+    from bench.bench_buckets import compare_buckets
+    from core.config import SystemConfig
+    from core.dbs import datasets
+    from core.deploy.network import InferenceNetwork
+
+    db_config = {"categories": 80, "input_size": [128, 128], "output_sizes": [[32, 32]],
+                 "test_scales": [0.25], "test_flipped": False, "top_k": 20, "num_dets": 100,
+                 "ae_threshold": 100, "image_dirs": {"val": str(coco128 / "images")},
+                 "annotation_files": {"val": str(coco128 / "annotations" /
+                                                 "instances_coco128_val.json")}}
+    system_config = SystemConfig().update_config({"model": "CornerNet_Tiny",
+                                                  "cache_dir": str(tmp_path / "cache")})
+    db = datasets["COCO"](db_config, split="val", sys_config=system_config)
+    torch.manual_seed(0)
+    nnet = InferenceNetwork(system_config, db.configs, "cpu")
+    with torch.no_grad():  # heatmaps favour class 1 (person), so that real detections come out
+        for heads in (nnet.model.tl_heats, nnet.model.br_heats):
+            heads[-1][-1].bias[0] += 4
+    buckets = [[127, 255], [255, 127], [255, 255]]
+    report = compare_buckets(db, nnet, system_config, [int(i) for i in db.db_inds[:10]],
+                             buckets, score_dir=tmp_path / "scores")
+    assert report["shapes_after"] <= len(buckets) < report["shapes_before"]
+    assert report["unchanged"] >= 4 and report["changed"] >= 1
+    assert report["unchanged_equal"] == report["unchanged"]
+    assert report["ap_before"] > 0
+    assert abs(report["ap_after"] - report["ap_before"]) <= 0.002
