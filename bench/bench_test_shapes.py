@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=None,
                         help="warm calls of the network alone, median taken (default 5; "
                              "--tiny 1)")
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                        help="bf16: autocast, the test path and the network alone alike")
     parser.add_argument("--tiny", action="store_true", help="rehearse on the CPU at small shapes")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args(argv)
@@ -102,8 +104,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None] = print) -> lis
     device = resolve_device(args.device)
     system, db = load_config(args.config)
     torch.manual_seed(0)
-    nnet = InferenceNetwork(system, db, device)
+    nnet = InferenceNetwork(system, db, device).set_autocast(
+        None if args.precision == "fp32" else args.precision)
     kwargs = decode_kwargs(db)
+    where = f"{args.config} on {device}, {args.precision}"
     rng = np.random.default_rng(0)
     rows = []
     for layout in args.layouts:
@@ -118,13 +122,15 @@ def measure(args: argparse.Namespace, log: Callable[[str], None] = print) -> lis
 
             first, second = timed_ms(call, device), timed_ms(call, device)
             rows.append({"config": args.config, "device": str(device), "layout": layout,
-                         "shape": [height, width], "first_ms": first, "second_ms": second})
-            log(f"{args.config} on {device}, {layout}, {height}x{width}: first call "
-                f"{first:.1f} ms, second {second:.1f} ms")
+                         "precision": args.precision, "shape": [height, width],
+                         "first_ms": first, "second_ms": second})
+            log(f"{where}, {layout}, {height}x{width}: first call {first:.1f} ms, second "
+                f"{second:.1f} ms")
         height, width = args.shapes[0]
         pixels = rng.integers(0, 256, (args.batch, height, width, 3), dtype=np.uint8)
         batch = layout_input(pixels, db, device, layout)
-        with torch.inference_mode():
+        with torch.inference_mode(), torch.autocast(device.type, dtype=torch.bfloat16,
+                                                    enabled=args.precision == "bf16"):
             def network(batch: torch.Tensor = batch) -> None:
                 nnet.model.last_stack(batch)
 
@@ -132,10 +138,10 @@ def measure(args: argparse.Namespace, log: Callable[[str], None] = print) -> lis
             runs = sorted(timed_ms(network, device) for _ in range(args.repeats))
         per_image = runs[len(runs) // 2] / args.batch
         rows.append({"config": args.config, "device": str(device), "layout": layout,
-                     "shape": [height, width], "network_batch": args.batch,
-                     "network_ms_per_image": per_image})
-        log(f"{args.config} on {device}, {layout}, {height}x{width}: network alone at batch "
-            f"{args.batch}: {per_image:.2f} ms per image")
+                     "precision": args.precision, "shape": [height, width],
+                     "network_batch": args.batch, "network_ms_per_image": per_image})
+        log(f"{where}, {layout}, {height}x{width}: network alone at batch {args.batch}: "
+            f"{per_image:.2f} ms per image")
     nnet.model.to(memory_format=torch.contiguous_format)
     return rows
 
