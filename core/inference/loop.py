@@ -3,8 +3,9 @@
 A reader thread reads (JPEG decoding) and prepares (resizing, padding, mirroring) the next
 images while the main thread runs the network, the decoding and the NMS, so the device waits
 for the disk only when reading is slower than everything else. Images go through the network in
-fixed groups of `batch_size` consecutive images of the list (those of one canvas size together),
-so a run and its resumption (see test.py) batch every image alike.
+fixed groups of `batch_size` consecutive images of the list (those of one canvas bucket,
+core/inference/buckets.py, together in one forward), so a run and its resumption (see test.py)
+batch every image alike.
 
 `detect` is what test.py and the trainer's periodic evaluation both call; its result holds
 only numpy arrays and plain types, so ranks can gather it.

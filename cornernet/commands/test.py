@@ -79,7 +79,8 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--vis-thresh", type=unit_interval, default=0.3,
                         help="draw detections scoring above this")
     parser.add_argument("--batch", type=int, default=None,
-                        help="images per network call (default: system.test_batch_size or 1)")
+                        help="images per network call, those of one canvas bucket in one forward "
+                             "(default: system.test_batch_size or 1)")
     parser.add_argument("--sync-timing", action="store_true",
                         help="on a GPU, time the network and the decoding apart (waits for the "
                              "GPU after every batch; without it the decoding's time is the "
