@@ -16,6 +16,7 @@ from core.models.py_utils.decode import (
     topk,
     transpose_and_gather,
 )
+from core.utils.host_reads import counting_host_reads
 
 BACKGROUND = -10.0
 
@@ -248,3 +249,54 @@ def test_decode_equals_the_dense_decode(setting, monkeypatch):
             patched.setattr(decode_module, "peak_topk", dense_topk)
             dense = decode(**heads, **kwargs)
         assert torch.equal(fast, dense), f"{setting}, seed {seed}"
+
+
+# ---- the ordered top-k has no data-dependent shape ----------------------------------------
+
+def _ordered_topk_by_nonzero(values: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`ordered_topk` as it was before it lost its `nonzero`: the reference order and ties."""
+    kth = values.topk(K, dim=1).values[:, -1:]
+    above = values > kth
+    ties = values == kth
+    wanted = K - above.sum(1, keepdim=True)
+    chosen = above | (ties & (ties.cumsum(1) <= wanted))
+    inds = chosen.nonzero()[:, 1].view(values.shape[0], K)
+    picked, order = values.gather(1, inds).sort(dim=1, descending=True, stable=True)
+    return picked, inds.gather(1, order)
+
+
+@pytest.mark.parametrize("case", adversarial_maps(), ids=lambda case: case[0])
+def test_ordered_topk_keeps_the_order_and_ties_of_the_nonzero_version(case):
+    _, logits, K = case
+    for values in (logits.reshape(2, -1), nms_heatmap(logits.sigmoid(), 3).reshape(2, -1)):
+        for k in (1, K, 7 * K):
+            got = decode_module.ordered_topk(values, k)
+            expected = _ordered_topk_by_nonzero(values, k)
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_ordered_topk_breaks_a_tie_at_the_cut_by_the_lower_index():
+    values = torch.tensor([[0.0, 2.0, 1.0, 2.0, 1.0, 1.0, 3.0]])
+    scores, inds = decode_module.ordered_topk(values, 5)
+    assert scores.tolist() == [[3.0, 2.0, 2.0, 1.0, 1.0]]
+    assert inds.tolist() == [[6, 1, 3, 2, 4]]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+def test_a_batch_decoded_as_on_a_gpu_reads_nothing_back_to_the_host(setting):
+    # Off the CPU, peak_topk hands the maps to dense_topk: that is the path a GPU decodes by.
+    batch, classes, height, width, kwargs = SETTINGS[setting]
+    heads = _random_heads(0, batch, classes, height, width)
+    heads["tl_heat"] = (heads["tl_heat"] * 2).round()  # ties at the cut
+    with counting_host_reads() as counted:
+        dets = decode(**heads, **kwargs, corners=dense_topk)
+    assert counted.total == 0, counted.reads
+    assert torch.equal(dets, decode(**heads, **kwargs))
+
+
+def test_the_nonzero_version_would_have_been_counted():
+    # The counter sees what the ordered top-k used to do: one data-dependent shape per call.
+    values = _maps(0, (2, 3, 8, 8)).reshape(2, -1)
+    with counting_host_reads() as counted:
+        _ordered_topk_by_nonzero(values, 10)
+    assert counted.reads == {"nonzero": 1}

@@ -86,6 +86,20 @@ def test_batches_group_consecutive_images_of_one_size_and_give_the_same_detectio
             np.testing.assert_array_equal(dets[cls], batched.detections[image_id][cls])
 
 
+def test_with_buckets_a_batch_of_images_of_two_sizes_is_one_forward_in_image_order():
+    db = FakeDB()
+    db.configs["test_buckets"] = [[127, 255]]  # holds both canvases, 127 x 127 and 127 x 255
+    one, three = FakeNet(), FakeNet()
+    single = detect(db, one, system(), db.db_inds, batch_size=1)
+    seen = []
+    batched = detect(db, three, system(), db.db_inds, batch_size=3, on_image=seen.append)
+    assert three.batches == [3, 3, 1]
+    assert [r.image_id for r in seen] == list(batched.detections) == [100 + k for k in range(7)]
+    for image_id, dets in single.detections.items():
+        for cls in dets:
+            np.testing.assert_array_equal(dets[cls], batched.detections[image_id][cls])
+
+
 def test_strict_images_makes_an_unreadable_image_an_error():
     db = FakeDB(bad={1})
     with pytest.raises(ImageReadError, match="/data/1.jpg"):
@@ -143,8 +157,7 @@ def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
     the network's (a second GPU, `--device cuda:1`)."""
     from types import SimpleNamespace
 
-    from core.inference.loop import _decode_clock
-    from core.inference.timing import StageTimer
+    from core.inference.timing import StageTimer, decode_clock
 
     class Heads(torch.nn.Module):
         def __init__(self):
@@ -158,9 +171,29 @@ def test_the_decode_clock_waits_for_the_networks_own_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
     model = Heads()
     nnet = SimpleNamespace(model=model, device=torch.device("cuda", 1))
-    with _decode_clock(nnet, StageTimer()):
+    timer = StageTimer()
+    with decode_clock(nnet, timer, sync=True):
         model(torch.ones(1))
     assert waited == [torch.device("cuda", 1)]
+    assert set(timer.seconds) == {"decode", "network"}
+
+
+def test_the_decode_clock_never_waits_for_a_gpu_unless_asked(monkeypatch):
+    from types import SimpleNamespace
+
+    from core.inference.timing import StageTimer, decode_clock
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(device))
+    model = torch.nn.Module()
+    model.br_offs = torch.nn.ModuleList([torch.nn.Identity()])
+    model.forward = lambda x: model.br_offs[-1](x) * 2
+    for device, split in ((torch.device("cuda", 0), False), (torch.device("cpu"), True)):
+        timer = StageTimer()
+        with decode_clock(SimpleNamespace(model=model, device=device), timer):
+            model(torch.ones(1))
+        assert ("decode" in timer.seconds) is split, device
+    assert waited == []
 
 
 class SlowNet(FakeNet):

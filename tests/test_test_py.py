@@ -109,6 +109,14 @@ def test_batched_run_scores_every_image(tiny_coco):
     assert saved["num_images"] == 5
 
 
+def test_bucketed_batches_with_sync_timing_score_every_image(tiny_coco):
+    done = cli(tiny_coco, "--images", 5, "--batch", 3, "--sync-timing",
+               "--set", "db.test_buckets=[[255, 255]]")
+    assert done.returncode == 0, done.stderr
+    saved = json.loads((out_dir(tiny_coco) / "metrics.json").read_text())
+    assert saved["num_images"] == 5
+
+
 # ---- resuming -----------------------------------------------------------------------------
 
 def _interrupt_after(tiny_coco, images, stop):

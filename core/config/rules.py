@@ -144,6 +144,7 @@ def _positive_int_pair(value: Any) -> bool:
 def check_db_rules(configs: dict, where: str) -> None:
     """Rules of the db section; `configs` is the whole section, defaults filled in."""
     _check_db_shapes(configs, where)
+    _check_test_buckets(configs["test_buckets"], where)
     _check_db_decoding(configs, where)
     _check_db_targets(configs, where)
     _check_db_paths_and_names(configs, where)
@@ -168,6 +169,20 @@ def _check_db_shapes(configs: dict, where: str) -> None:
         if not value or not all(_is_number(v) and v > 0 for v in value):
             raise ConfigError(f"{where}: db.{key} must be a non-empty list of positive numbers, "
                               f"got {value}")
+
+
+def _check_test_buckets(value: Any, where: str) -> None:
+    """"auto", or [height, width] canvas sizes on the test canvases' grid (core/inference/
+    cornernet.py: every side is k * 128 - 1)."""
+    if value == "auto":
+        return
+    if not isinstance(value, list) or not all(
+            isinstance(pair, list) and len(pair) == 2
+            and all(isinstance(side, int) and not isinstance(side, bool) and side > 0
+                    and (side + 1) % 128 == 0 for side in pair) for pair in value):
+        raise ConfigError(f"{where}: db.test_buckets must be \"auto\" or a list of [height, "
+                          f"width] canvas sizes, each side k * 128 - 1 (255, 511, 767, ...), [] "
+                          f"for none; got {value}")
 
 
 def _check_db_decoding(configs: dict, where: str) -> None:

@@ -164,6 +164,9 @@ _DB_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "ref_dets": (True, (bool,), False),
     "test_scales": ([1], (list,), False),
     "test_flipped": (True, (bool,), False),
+    # "auto": a few fixed canvas sizes on a GPU, none on the CPU; or a list of [h, w] sizes
+    # (core/inference/buckets.py).
+    "test_buckets": ("auto", (str, list), False),
     # additions of this project
     "max_objects": (128, (int,), False),
     "num_train_images": (2000, (int,), False),

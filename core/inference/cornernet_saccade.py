@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .cornernet import nms_config, per_class_nms
+from .cornernet import in_weights_layout, nms_config, per_class_nms
 
 if TYPE_CHECKING:
     from core.dbs.detection import DETECTION
@@ -97,7 +97,7 @@ def run_network(db: DETECTION, nnet: Network, crops: torch.Tensor, with_att: boo
               "num_dets": cfg["num_dets"], "no_border": True, "no_att": not with_att}
     dets, atts = [], []
     for start in range(0, len(crops), DECODE_BATCH):
-        outputs = nnet.test(crops[start:start + DECODE_BATCH], **kwargs)
+        outputs = nnet.test(in_weights_layout(crops[start:start + DECODE_BATCH], nnet), **kwargs)
         batch_dets, batch_atts = outputs if with_att else (outputs, [])
         dets.append(batch_dets.float().cpu().numpy())
         atts.append([_local_maxima(att, k).float().cpu().numpy()

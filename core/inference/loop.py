@@ -3,8 +3,9 @@
 A reader thread reads (JPEG decoding) and prepares (resizing, padding, mirroring) the next
 images while the main thread runs the network, the decoding and the NMS, so the device waits
 for the disk only when reading is slower than everything else. Images go through the network in
-fixed groups of `batch_size` consecutive images of the list (those of one canvas size together),
-so a run and its resumption (see test.py) batch every image alike.
+fixed groups of `batch_size` consecutive images of the list (those of one canvas bucket,
+core/inference/buckets.py, together in one forward), so a run and its resumption (see test.py)
+batch every image alike.
 
 `detect` is what test.py and the trainer's periodic evaluation both call; its result holds
 only numpy arrays and plain types, so ranks can gather it.
@@ -18,7 +19,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from core.utils.threads import governor as threads_governor
 
 from ..errors import lookup
 from .registry import Inference, test_func
-from .timing import StageTimer
+from .timing import StageTimer, decode_clock
 
 if TYPE_CHECKING:
     from core.dbs.detection import DETECTION
@@ -118,7 +118,7 @@ class DetectionRun:
 def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int], *,
            progress: bool = False, batch_size: int = 1,
            on_image: Callable[[ImageResult], None] | None = None,
-           workers: int = 1) -> DetectionRun:
+           workers: int = 1, sync_timing: bool = False) -> DetectionRun:
     """Run the configured inference (`system.sampling_function`) on images `inds` of `db`.
 
     Args:
@@ -133,6 +133,9 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
         workers: batches computed at once, each in a thread of its own on its share of
             torch's threads (`cpu_workers`); results still reach `on_image` in the order of
             `inds`. 1: the batches one after the other on torch's thread count.
+        sync_timing: on a GPU, time the network and the decoding apart, waiting for the GPU
+            after each batch's network (`timing.decode_clock`); without it a GPU run never
+            waits for a clock, and the decoding's time is the network's.
 
     Returns:
         A `DetectionRun`. An unreadable image is an error with `system.strict_images`.
@@ -167,7 +170,7 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
         return _run_batch(db, nnet, inference, items, timer, system_config.strict_images)
 
     try:
-        with _decode_clock(nnet, timer):
+        with decode_clock(nnet, timer, sync=sync_timing):
             if workers <= 1:
                 for items in batches():
                     done(compute(items))
@@ -306,48 +309,3 @@ class _Reader:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-
-
-@contextmanager
-def _decode_clock(nnet: Network, timer: StageTimer) -> Iterator[None]:
-    """Split the network's time into the network proper and the decoding inside its test path.
-
-    The last corner head (br_offs of the last stack) finishes the network; the model's forward
-    returns after decoding. Models without those heads, and compiled networks, are timed as
-    "network" only.
-    """
-    model = getattr(nnet, "model", None)
-    model = getattr(model, "module", model)
-    heads = getattr(model, "br_offs", None)
-    if heads is None or getattr(nnet, "compiled", False):
-        # A compiled network is one graph: hooks inside it would be traced, and their clock
-        # would break the graph.
-        yield
-        return
-    device = nnet.device
-
-    def sync() -> None:  # the network's GPU, which need not be the current one
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    marks = threading.local()  # each of `detect`'s threads times its own forward
-
-    def heads_done(*_: Any) -> None:
-        sync()
-        marks.heads = time.perf_counter()
-
-    def forward_done(*_: Any) -> None:
-        heads = getattr(marks, "heads", None)
-        if heads is not None:
-            marks.heads = None
-            seconds = time.perf_counter() - heads
-            timer.add("decode", seconds)
-            timer.add("network", -seconds)
-
-    handles = [heads[-1].register_forward_hook(heads_done),
-               model.register_forward_hook(forward_done)]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()

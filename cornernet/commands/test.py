@@ -80,7 +80,12 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
     parser.add_argument("--vis-thresh", type=unit_interval, default=0.3,
                         help="draw detections scoring above this")
     parser.add_argument("--batch", type=int, default=None,
-                        help="images per network call (default: system.test_batch_size or 1)")
+                        help="images per network call, those of one canvas bucket in one forward "
+                             "(default: system.test_batch_size or 1)")
+    parser.add_argument("--sync-timing", action="store_true",
+                        help="on a GPU, time the network and the decoding apart (waits for the "
+                             "GPU after every batch; without it the decoding's time is the "
+                             "network's)")
     parser.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                         help="continue an interrupted run of the same settings (default)")
     parser.add_argument("--debug", action="store_true",
@@ -246,7 +251,8 @@ def evaluate(args: argparse.Namespace, system_config: SystemConfig, db: Any, out
             "(--threads sets how many)")
     start = time.perf_counter()
     run = detect(db, nnet, system_config, inds[done.restart_at(image_ids, batch_size):],
-                 progress=True, batch_size=batch_size, on_image=record, workers=workers)
+                 progress=True, batch_size=batch_size, on_image=record, workers=workers,
+                 sync_timing=args.sync_timing)
     seconds = time.perf_counter() - start
     pictures.from_journal(done, set(run.image_ids), log)
     journal.close()

@@ -96,14 +96,21 @@ def ordered_topk(values: Tensor, K: int) -> tuple[Tensor, Tensor]:
         K: entries per row, at most N.
 
     Returns:
-        values (B, K) descending, and their indices (B, K) int64 into the N entries.
+        values (B, K) descending, and their indices (B, K) int64 into the N entries. No
+        operation has a shape that depends on the values: nothing waits for the device.
     """
     kth = values.topk(K, dim=1).values[:, -1:]
     above = values > kth
     ties = values == kth
     wanted = K - above.sum(1, keepdim=True)
     chosen = above | (ties & (ties.cumsum(1) <= wanted))
-    inds = chosen.nonzero()[:, 1].view(values.shape[0], K)
+    # Exactly K entries of each row are chosen. Their indices in ascending order, without
+    # `nonzero`'s data-dependent shape (a device sync, and a graph break under torch.compile):
+    # key each chosen entry by its index counted from the end, so the lowest index has the
+    # largest key, and take the K largest keys.
+    count = values.shape[1]
+    from_end = torch.arange(count, 0, -1, device=values.device)
+    inds = count - torch.where(chosen, from_end, 0).topk(K, dim=1).values
     picked = values.gather(1, inds)
     picked, order = picked.sort(dim=1, descending=True, stable=True)
     return picked, inds.gather(1, order)
