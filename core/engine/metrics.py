@@ -20,7 +20,6 @@ from typing import Any, Callable, Protocol, TextIO
 from tqdm import tqdm
 
 from ..utils import hints
-from ..utils.images import say_decoder_warnings
 
 
 class Writer(Protocol):
@@ -248,6 +247,9 @@ class DataCounts:
     def add(self, meta: dict) -> None:
         """Count a batch's meta; say each skipped image, each image's decoder warnings once,
         and the first dropped objects."""
+        # here, not at the top: cv2 comes with it, and `cornernet plot` reads metrics without it
+        from ..utils.images import say_decoder_warnings
+
         say_decoder_warnings(meta.get("decoder", []), self.log)
         for path in meta.get("skipped", []):
             self.log(f"skipped unreadable image {path}")
