@@ -124,19 +124,28 @@ def label_studio(root: Path) -> Export:
     return Export(root, "YOLO", ["circle", "square"], {"train": 6})
 
 
-def _xml(path: Path, filename: str, boxes: list, names: list[str]) -> None:
-    objects = "".join(
-        f"\t<object>\n\t\t<name>{names[c]}</name>\n\t\t<pose>Unspecified</pose>\n"
+def labelimg_xml(path: Path, filename: str, objects: list[tuple], size: tuple = (64, 48),
+                 windows_path: bool = False) -> None:
+    """A Pascal VOC xml as labelImg writes it (folder, filename, path, source, size, objects
+    with pose, truncated, difficult)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(
+        f"\t<object>\n\t\t<name>{name}</name>\n\t\t<pose>Unspecified</pose>\n"
         f"\t\t<truncated>0</truncated>\n\t\t<difficult>0</difficult>\n\t\t<bndbox>\n"
         f"\t\t\t<xmin>{x1}</xmin>\n\t\t\t<ymin>{y1}</ymin>\n\t\t\t<xmax>{x2}</xmax>\n"
         f"\t\t\t<ymax>{y2}</ymax>\n\t\t</bndbox>\n\t</object>\n"
-        for c, x1, y1, x2, y2 in boxes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"<annotation>\n\t<folder>{path.parent.name}</folder>\n\t<filename>"
-                    f"{filename}</filename>\n\t<path>C:\\Users\\me\\shots\\{filename}</path>\n"
-                    f"\t<source>\n\t\t<database>Unknown</database>\n\t</source>\n\t<size>\n"
-                    f"\t\t<width>{W}</width>\n\t\t<height>{H}</height>\n\t\t<depth>3</depth>\n"
-                    f"\t</size>\n\t<segmented>0</segmented>\n{objects}</annotation>\n")
+        for name, x1, y1, x2, y2 in objects)
+    where = f"C:\\Users\\me\\labels\\{filename}" if windows_path else f"/home/me/{filename}"
+    path.write_text(
+        f"<annotation>\n\t<folder>{path.parent.name}</folder>\n\t<filename>{filename}"
+        f"</filename>\n\t<path>{where}</path>\n\t<source>\n\t\t<database>Unknown</database>\n"
+        f"\t</source>\n\t<size>\n\t\t<width>{size[0]}</width>\n\t\t<height>{size[1]}</height>\n"
+        f"\t\t<depth>3</depth>\n\t</size>\n\t<segmented>0</segmented>\n{body}</annotation>\n")
+
+
+def _xml(path: Path, filename: str, boxes: list, names: list[str]) -> None:
+    labelimg_xml(path, filename, [(names[c], *box) for c, *box in boxes], (W, H),
+                 windows_path=True)
 
 
 def labelimg(root: Path) -> Export:

@@ -12,6 +12,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from _exports import labelimg_xml
 
 from core.config import ConfigError, SystemConfig
 from core.dbs import DatasetError, datasets
@@ -141,25 +142,6 @@ def test_a_split_that_is_not_a_key_lists_the_splits_without_the_roboflow_block(t
         read_yolo(data_yaml, "minival", Problems(strict=True))
 
 
-def _xml(path: Path, filename: str, objects: list[tuple], size: tuple = (64, 48),
-         windows_path: bool = False) -> None:
-    """A Pascal VOC xml as labelImg writes it (folder, filename, path, source, size, objects
-    with pose, truncated, difficult)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = "".join(
-        f"\t<object>\n\t\t<name>{name}</name>\n\t\t<pose>Unspecified</pose>\n"
-        f"\t\t<truncated>0</truncated>\n\t\t<difficult>0</difficult>\n\t\t<bndbox>\n"
-        f"\t\t\t<xmin>{x1}</xmin>\n\t\t\t<ymin>{y1}</ymin>\n\t\t\t<xmax>{x2}</xmax>\n"
-        f"\t\t\t<ymax>{y2}</ymax>\n\t\t</bndbox>\n\t</object>\n"
-        for name, x1, y1, x2, y2 in objects)
-    where = f"C:\\Users\\me\\labels\\{filename}" if windows_path else f"/home/me/{filename}"
-    path.write_text(
-        f"<annotation>\n\t<folder>{path.parent.name}</folder>\n\t<filename>{filename}"
-        f"</filename>\n\t<path>{where}</path>\n\t<source>\n\t\t<database>Unknown</database>\n"
-        f"\t</source>\n\t<size>\n\t\t<width>{size[0]}</width>\n\t\t<height>{size[1]}</height>\n"
-        f"\t\t<depth>3</depth>\n\t</size>\n\t<segmented>0</segmented>\n{body}</annotation>\n")
-
-
 _OBJECTS = {"a": [("cat", 1, 2, 30, 40), ("dog", 10, 10, 20, 20)],
             "b": [("dog", 5, 5, 60, 44), ("dog", 0, 0, 8, 8), ("bird", 3, 3, 9, 9)],
             "c": [("cat", 2, 2, 50, 40)]}
@@ -168,7 +150,7 @@ _OBJECTS = {"a": [("cat", 1, 2, 30, 40), ("dog", 10, 10, 20, 20)],
 def _devkit(root: Path, image_sets: bool) -> None:
     for stem, objects in _OBJECTS.items():
         _image(root / "JPEGImages" / f"{stem}.jpg")
-        _xml(root / "Annotations" / f"{stem}.xml", f"{stem}.jpg", objects)
+        labelimg_xml(root / "Annotations" / f"{stem}.xml", f"{stem}.jpg", objects)
     if image_sets:
         (root / "ImageSets" / "Main").mkdir(parents=True)
         (root / "ImageSets" / "Main" / "train.txt").write_text("a\nb\n")
@@ -208,7 +190,7 @@ def test_labelimg_xml_beside_the_images_and_roboflow_split_folders(tmp_path):
     flat = tmp_path / "labelimg"
     for stem, objects in _OBJECTS.items():
         _image(flat / f"{stem}.jpg")
-        _xml(flat / f"{stem}.xml", f"{stem}.jpg", objects, windows_path=True)
+        labelimg_xml(flat / f"{stem}.xml", f"{stem}.jpg", objects, windows_path=True)
     (flat / "ImageSets" / "Main").mkdir(parents=True)
     (flat / "ImageSets" / "Main" / "train.txt").write_text("a\nc\n")
     assert _voc(flat, "train") == {"cat": 2, "dog": 1}  # names from all three files
@@ -217,7 +199,7 @@ def test_labelimg_xml_beside_the_images_and_roboflow_split_folders(tmp_path):
         for stem in stems:
             name = f"{stem}_jpg.rf.5e6f.jpg"
             _image(roboflow / split / name)
-            _xml(roboflow / split / name.replace(".jpg", ".xml"), name, _OBJECTS[stem])
+            labelimg_xml(roboflow / split / name.replace(".jpg", ".xml"), name, _OBJECTS[stem])
     assert _voc(roboflow, "train") == {"cat": 1, "dog": 3, "bird": 1}
     assert _voc(roboflow, "valid", ["bird", "cat", "dog"]) == {"cat": 1}
 
