@@ -56,7 +56,9 @@ class TrainStep:
 
     def __call__(self, batch: dict, iteration: int) -> tuple:
         loss, terms = self.nnet.train(batch)
-        self._pending.append((iteration, loss, terms, getattr(self.nnet, "scaler_skipped", None)))
+        overflow = getattr(self.nnet, "scaler_skipped", False)  # a device bool with fp16
+        self._pending.append((iteration, loss, terms,
+                              overflow if isinstance(overflow, torch.Tensor) else None))
         return loss, terms
 
     def settle(self, iteration: int) -> bool:

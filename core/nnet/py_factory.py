@@ -121,8 +121,8 @@ class NetworkFactory:
                                              **fused)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.path.amp == "fp16")
         # fp16: whether the scaler skipped the last step (its gradients overflowed), a bool
-        # on the device; None without a scaler.
-        self.scaler_skipped: torch.Tensor | None = None
+        # on the device; False without a scaler.
+        self.scaler_skipped: torch.Tensor | bool = False
 
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
