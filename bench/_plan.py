@@ -269,13 +269,13 @@ def step_rows(output: str, ctx: Context) -> None:
             ctx.steps.say(f"    {rest}")
 
 
-def bench_step(group: str, gpu: float, cpu: float, timeout: float,
-               about: str) -> Callable[[Context], None]:
+def bench_step(group: str, gpu: float, cpu: float, timeout: float, about: str,
+               *extra: str) -> Callable[[Context], None]:
     """A group of bench/bench_step.py (profile, compile, sync) on Squeeze at batch 55; at CPU
     sizes CornerNet_Tiny, batch 2."""
     def run(ctx: Context) -> None:
         output = ctx.steps.run(about, [ctx.py, "bench/bench_step.py", group, "--device",
-                                       ctx.device, *(["--tiny"] if ctx.tiny else [])],
+                                       ctx.device, *(["--tiny"] if ctx.tiny else []), *extra],
                                timeout=timeout, need=ctx.t(gpu, cpu),
                                measure=lambda out: "rows below")
         step_rows(output or "", ctx)
@@ -313,6 +313,11 @@ def _groups() -> dict[str, Group]:
         "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
                               sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,
                               test_and_demo("CornerNet_Squeeze"), needs=("train-squeeze",)),
+        "cuda-graphs": Group("Squeeze batch 55 at the defaults, compiled with CUDA graphs "
+                             "(reduce-overhead)", STEP_S["compile"], 40,
+                             bench_step("compile", STEP_S["compile"], 40, 420,
+                                        "CUDA graphs CornerNet_Squeeze step", "--modes",
+                                        "reduce-overhead")),
         "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32",
                                BENCH_S["bench-squeeze"], 25,
                                bench("CornerNet_Squeeze", ("bf16+cl", "fp32"),

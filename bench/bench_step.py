@@ -13,7 +13,7 @@ batches already on the host (bench/_batches.py): no data loading, so images/s is
   one step under torch.profiler: the top kernels, the GPU's busy share of the step's wall time
   and the kernel count.
 - compile: the compiled step's first-call seconds (the compile) apart from its images/s; where
-  compiling fails, the whole traceback.
+  compiling fails, the whole traceback (`--modes reduce-overhead`: with CUDA graphs).
 - sync: `torch.cuda.set_sync_debug_mode` over non-display steps: the count of syncs and where
   they come from (on a CPU: the host reads counted by core/utils/host_reads.py instead).
 
@@ -209,7 +209,7 @@ def profile_group(bench: Bench, args: argparse.Namespace) -> None:
 def compile_group(bench: Bench, args: argparse.Namespace) -> None:
     # The defaults of a GPU run (amp, compile and one_forward "auto"), compiled whatever the
     # device; the first step's seconds are the compile's.
-    for mode in ("default", *(["reduce-overhead"] if args.cuda_graphs else [])):
+    for mode in args.modes:
         name = f"{bench.config} at the defaults, compiled ({mode}), batch {bench.batch}"
         built = speed(bench, name, args.warmup, args.iters, compile=True, compile_mode=mode)
         failure = built[0].nnet.step_fn.failure if built else None
@@ -256,8 +256,9 @@ def main(argv: list[str] | None = None) -> int:
                         "CornerNet_Squeeze batch)")
     parser.add_argument("--iters", type=int, default=10, help="timed steps")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--cuda-graphs", action="store_true",
-                        help="compile: also the step with CUDA graphs (reduce-overhead)")
+    parser.add_argument("--modes", nargs="+", default=["default"],
+                        choices=["default", "reduce-overhead"],
+                        help="compile: torch.compile's modes (reduce-overhead: CUDA graphs)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: the GPU)")
     parser.add_argument("--tiny", action="store_true",
                         help="CornerNet_Tiny at input 64, batch 2, 2 steps: CPU sizes")
