@@ -65,8 +65,8 @@ def test_stop_policy_raises_at_the_next_read_naming_the_first_bad_iteration():
         step.settle(10)
     assert err.value.iteration == 7 and step.skipped == 0
     assert err.value.explain().startswith(
-        "iteration 7: the loss is not finite (focal=nan, pull=0.5) (read at iteration 10, the "
-        "steps between skipped); stopping.")
+        "iteration 7: the loss is not finite (focal=nan, pull=0.5) (found when read at iteration "
+        "10); stopping.")
 
 
 def test_a_read_with_nothing_new_reads_nothing():

@@ -48,8 +48,7 @@ class NonFiniteLoss(RunFailure, FloatingPointError):
                     f"loss ({self}); the run is diverging, stopping. Lower "
                     f"system.learning_rate or resume from an earlier snapshot.")
         read = getattr(self, "read_at", iteration)
-        later = f" (read at iteration {read}, the steps between skipped)" if read != iteration \
-            else ""
+        later = f" (found when read at iteration {read})" if read != iteration else ""
         return (f"iteration {iteration}: the loss is not finite ({self}){later}; stopping. Lower "
                 f"system.learning_rate, check the data, or set system.nonfinite_loss to "
                 f"\"skip\".")
