@@ -6,9 +6,9 @@ A GPU runs ahead of the host until the host reads a value back (`.item()`, `bool
 to the CPU) or an op's output shape depends on the data (`nonzero`, a boolean mask index):
 then it idles while the host catches up. A GPU is rarely at hand, so the GPU's own training
 path is built here, on the CPU (`step_path.resolve(config, "cuda")`: bf16 autocast, a fused
-optimizer, static target rendering, one forward over the local batch), eagerly, so that every
-op is dispatched and counted by `core.utils.host_reads.counting_host_reads`. Printed per
-measurement, one line:
+optimizer, static target rendering, one forward over the local batch; with an average of the
+weights, whose update is part of the step), eagerly, so that every op is dispatched and
+counted by `core.utils.host_reads.counting_host_reads`. Printed per measurement, one line:
 
     CornerNet_Tiny training: host reads per non-display step: 0
 
@@ -51,9 +51,10 @@ class Counted:
 
 def gpu_step(name: str, batch: int, side: int | None = None) -> tuple[TrainStep, dict]:
     """The GPU's training step of config `name` built on the CPU (two chunks in one forward,
-    eager), and a batch for it."""
+    eager, with an average of the weights), and a batch for it."""
     system_config, db = small_config(name, side, batch_size=batch,
-                                     chunk_sizes=[batch - batch // 2, batch // 2])
+                                     chunk_sizes=[batch - batch // 2, batch // 2],
+                                     ema_decay=0.9998)
     path = dataclasses.replace(step_path.resolve(system_config, "cuda", bf16=True),
                                compile=False)
     torch.manual_seed(0)
