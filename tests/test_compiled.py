@@ -56,8 +56,9 @@ def test_under_bf16_autocast_too():
         explained.break_reasons
 
 
-def tiny_factory(compile: bool, mode: str | None = None, log=print) -> tuple:
-    system_config, db = small_config("CornerNet_Tiny", batch_size=2, chunk_sizes=[1, 1])
+def tiny_factory(compile: bool, mode: str | None = None, log=print, **system) -> tuple:
+    system_config, db = small_config("CornerNet_Tiny", batch_size=2, chunk_sizes=[1, 1],
+                                     **system)
     torch.manual_seed(0)
     nnet = NetworkFactory(system_config, SimpleNamespace(configs=db), device="cpu",
                           path=StepPath(compile=compile, compile_mode=mode,
@@ -69,15 +70,19 @@ def tiny_factory(compile: bool, mode: str | None = None, log=print) -> tuple:
 @pytest.mark.slow  # compiles CornerNet_Tiny's forward, loss and backward with inductor (minutes)
 @pytest.mark.timeout(1200)
 def test_compiling_the_tiny_step_gives_the_eager_losses_over_three_steps():
-    eager, batch = tiny_factory(compile=False)
-    compiled, _ = tiny_factory(compile=True)
+    # SGD: a step is the learning rate times the gradient, so the compiled graph's float32
+    # rounding stays of its own size; Adam divides each update by the gradient's running size
+    # and turns a rounding difference of a near-zero gradient into a step of the learning rate.
+    eager, batch = tiny_factory(compile=False, opt_algo="sgd")
+    compiled, _ = tiny_factory(compile=True, opt_algo="sgd")
     for step in range(3):
         loss, terms = eager.train(batch)
         loss_c, terms_c = compiled.train(batch)
         assert compiled.step_fn.compiling, compiled.step_fn.failure
         # the compiled graph orders float32 ops its own way: shared/reference/README.md §6's
         # loss tolerance where the op order is not mirrored
-        torch.testing.assert_close(loss_c, loss, rtol=1e-4, atol=1e-6, msg=f"step {step}")
+        torch.testing.assert_close(loss_c, loss, rtol=1e-4, atol=1e-6,
+                                   msg=f"step {step}: {float(loss_c)!r} against {float(loss)!r}")
         for key in terms:
             torch.testing.assert_close(terms_c[key], terms[key], rtol=1e-4, atol=1e-6,
                                        msg=f"{key}, step {step}")
