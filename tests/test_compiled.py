@@ -119,3 +119,17 @@ def test_out_of_memory_is_never_taken_for_a_compile_failure():
     eager = dataclasses.replace(StepPath(), compile=False)
     assert not StepFunction(torch.nn.Identity(), torch.nn.Identity(), None, eager.compile,
                             None, print, None).fall_back(TypeError("x"))
+
+
+def test_a_torch_compile_that_refuses_at_once_is_said_and_eager(monkeypatch, tmp_path):
+    said = []
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("Dynamo is not supported on Python 3.99+")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    fn = StepFunction(torch.nn.Identity(), torch.nn.Identity(), None, True, None, said.append,
+                      tmp_path)
+    assert not fn.compiling and "Dynamo is not supported" in fn.failure
+    assert said == [(f"torch.compile failed (RuntimeError: Dynamo is not supported on Python "
+                    f"3.99+); training eagerly; traceback in {tmp_path}/compile_error.txt")]

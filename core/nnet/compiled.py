@@ -53,10 +53,16 @@ class StepFunction:
                  compile: bool, mode: str | None, log: Callable[[str], None],
                  folder: Path | None) -> None:
         self.eager = lambda *args: forward_losses(network, loss, dtype, *args)
-        self.compiled = torch.compile(self.eager, dynamic=False, mode=mode) if compile else None
         self.mode = mode
         self.log, self.folder = log, folder
         self.failure: str | None = None  # the traceback of a compile that failed
+        self.compiled: Callable | None = None
+        if compile:
+            try:  # torch.compile itself refuses some Pythons and platforms
+                self.compiled = torch.compile(self.eager, dynamic=False, mode=mode)
+            except Exception as err:  # noqa: BLE001 - whatever it is: said, and eager
+                self.compiled = self.eager
+                self.fall_back(err)
 
     @property
     def compiling(self) -> bool:
