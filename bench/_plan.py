@@ -112,6 +112,9 @@ def cuda_tests(ctx: Context) -> None:
 # Seconds of one GPU run (see the module's docstring).
 TRAIN_S = {"CornerNet_Tiny": 27, "CornerNet_Squeeze": 52, "CornerNet_Saccade": 43,
            "CornerNet": 57}
+# At the new defaults the step is compiled: Squeeze's compile, from the compile group's cache
+# (inductor's FX graph cache on disk), adds an estimated 30 s.
+TRAIN_S["CornerNet_Squeeze"] += 30
 TEST_DEMO_S = {"CornerNet_Squeeze": (17, 8), "CornerNet_Saccade": (12, 6), "CornerNet": (12, 6)}
 BENCH_S = {"bench-squeeze": 67, "bench-squeeze-more": 37, "bench-cornernet": 76,
            "bench-tiny": 76, "bench-saccade": 76}  # the last two: not measured
@@ -255,22 +258,72 @@ def two_gpus(ctx: Context) -> None:
                       measure=training_figures)
 
 
+def step_rows(output: str, ctx: Context) -> None:
+    """bench/bench_step.py's `row` lines as table rows, its `log` lines into the log."""
+    for line in output.splitlines():
+        kind, _, rest = line.partition("\t")
+        if kind == "row":
+            name, status, detail = (rest.split("\t") + ["", ""])[:3]
+            ctx.steps.add(f"  {name}", status, 0.0, detail)
+        elif kind == "log":
+            ctx.steps.say(f"    {rest}")
+
+
+def bench_step(group: str, gpu: float, cpu: float, timeout: float, about: str,
+               *extra: str) -> Callable[[Context], None]:
+    """A group of bench/bench_step.py (profile, compile, sync) on Squeeze at batch 55; at CPU
+    sizes CornerNet_Tiny, batch 2."""
+    def run(ctx: Context) -> None:
+        output = ctx.steps.run(about, [ctx.py, "bench/bench_step.py", group, "--device",
+                                       ctx.device, *(["--tiny"] if ctx.tiny else []), *extra],
+                               timeout=timeout, need=ctx.t(gpu, cpu),
+                               measure=lambda out: "rows below")
+        step_rows(output or "", ctx)
+    return run
+
+
+# The plan that fits one lending of the GPU: 8 minutes, about 2 of them the machine's start.
+PLAN_S = 360
+# Expected GPU seconds of the new groups (not measured yet: estimates from the first run's
+# Squeeze step, ~0.3 s at batch 55 in bf16, and a compile of its step estimated at 90 s).
+STEP_S = {"profile": 60, "compile": 110, "sync-check": 25}
+
+
 def _groups() -> dict[str, Group]:
-    groups = {"cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 23, 20,
-                                  cuda_tests),
-              "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations",
-                                     TRAIN_S["CornerNet_Squeeze"], 25,
-                                     train("CornerNet_Squeeze")),
-              "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32",
-                                     BENCH_S["bench-squeeze"], 25,
-                                     bench("CornerNet_Squeeze", ("bf16+cl", "fp32"),
-                                           BENCH_S["bench-squeeze"])),
-              "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
-                                    sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,
-                                    test_and_demo("CornerNet_Squeeze"),
-                                    needs=("train-squeeze",)),
-              "deploy-gpu": Group("tools/benchmark.py CornerNet_Squeeze: torch fp32, bf16, "
-                                  "torch.compile at batch 1 and 8", 107, 60, deploy_gpu)}
+    groups = {
+        "profile": Group("Squeeze batch 55 bf16: one forward, shipped chunks, channels_last; "
+                         "the step's breakdown; one torch.profiler step", STEP_S["profile"], 40,
+                         bench_step("profile", STEP_S["profile"], 40, 240,
+                                    "profile CornerNet_Squeeze step")),
+        "compile": Group("Squeeze batch 55 at the defaults, compiled: compile seconds, images/s, "
+                         "the traceback of a failure", STEP_S["compile"], 40,
+                         bench_step("compile", STEP_S["compile"], 40, 420,
+                                    "compile CornerNet_Squeeze step")),
+        # ---- the test-time groups of issue 43 go here, in this order (another change adds
+        # them): "test-shapes" (bench/bench_test_shapes.py: first and second call per canvas
+        # shape and input layout) and, after train-squeeze, "test-squeeze-b8" (test.py on
+        # CornerNet_Squeeze at a batch of 8).
+        "sync-check": Group("torch.cuda.set_sync_debug_mode over Squeeze's non-display steps: "
+                            "the count of syncs", STEP_S["sync-check"], 30,
+                            bench_step("sync", STEP_S["sync-check"], 30, 180,
+                                       "sync check CornerNet_Squeeze step")),
+        "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations at the new defaults",
+                               TRAIN_S["CornerNet_Squeeze"], 25, train("CornerNet_Squeeze")),
+        "cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 23, 20, cuda_tests),
+        "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
+                              sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,
+                              test_and_demo("CornerNet_Squeeze"), needs=("train-squeeze",)),
+        "cuda-graphs": Group("Squeeze batch 55 at the defaults, compiled with CUDA graphs "
+                             "(reduce-overhead)", STEP_S["compile"], 40,
+                             bench_step("compile", STEP_S["compile"], 40, 420,
+                                        "CUDA graphs CornerNet_Squeeze step", "--modes",
+                                        "reduce-overhead")),
+        "bench-squeeze": Group("bench_train CornerNet_Squeeze bf16+cl and fp32",
+                               BENCH_S["bench-squeeze"], 25,
+                               bench("CornerNet_Squeeze", ("bf16+cl", "fp32"),
+                                     BENCH_S["bench-squeeze"])),
+        "deploy-gpu": Group("tools/benchmark.py CornerNet_Squeeze: torch fp32, bf16, "
+                            "torch.compile at batch 1 and 8", 107, 60, deploy_gpu)}
     for name in ("CornerNet_Tiny", "CornerNet_Saccade", "CornerNet"):
         groups[f"train-{SHORT[name]}"] = Group(f"train.py {name}, 20 iterations",
                                                TRAIN_S[name], 25, train(name))
@@ -300,3 +353,15 @@ GROUPS = _groups()
 def plan_order(gpus: int) -> list[str]:
     """Every group key in the order they run; two-GPU training only with two GPUs."""
     return [key for key in GROUPS if key != "train-2gpu" or gpus >= 2]
+
+
+def in_plan(keys: list[str], cpu: bool = False, seconds: float = PLAN_S) -> list[str]:
+    """The first of `keys` whose expected times add up to at most `seconds`: what one lending
+    of the GPU runs (`--budget 360`)."""
+    total, chosen = 0.0, []
+    for key in keys:
+        total += GROUPS[key].need(cpu)
+        if total > seconds:
+            break
+        chosen.append(key)
+    return chosen

@@ -5,8 +5,9 @@ the step time goes.
     python bench/bench_train.py --tiny                # CPU: small inputs, few iterations
 
 For each config, precision mode (fp32, bf16, bf16+cl = bf16 with channels_last, bf16+cl+compile,
-fp32+det = fp32 with system.deterministic) and prefetch worker count, a NetworkFactory trains on
-../shared/data/coco128 (the COCO dataset class, real augmentation) fed by core.data.prefetch
+fp32+det = fp32 with system.deterministic, auto = the config's defaults) and prefetch worker
+count, a NetworkFactory trains on ../shared/data/coco128 (the COCO dataset class, real
+augmentation) fed by core.data.prefetch
 exactly as train.py feeds it, one process, the config's per-process batch cut into its chunks.
 Printed per row: images/s after warm-up, the share of wall time spent waiting for the next batch,
 peak GPU memory of the row's own network, optimizer and activations (a row that runs out of memory
@@ -45,10 +46,14 @@ from core.sample import sampler
 from core.sample.render import render_targets
 from core.utils.device import configure, resolve_device
 
-MODES = {"fp32": {}, "bf16": {"amp": "bf16"},
-         "bf16+cl": {"amp": "bf16", "channels_last": True},
+# Each mode pins what it names (eager unless it says compile); "auto" is the config's defaults:
+# on a GPU bf16, compiled, one forward (core/nnet/step_path.py), on the CPU the fp32 step.
+_EAGER = {"compile": False}
+MODES = {"fp32": {"amp": "fp32", **_EAGER}, "bf16": {"amp": "bf16", **_EAGER},
+         "bf16+cl": {"amp": "bf16", "channels_last": True, **_EAGER},
          "bf16+cl+compile": {"amp": "bf16", "channels_last": True, "compile": True},
-         "fp32+det": {"deterministic": True}}
+         "fp32+det": {"amp": "fp32", "deterministic": True, **_EAGER},
+         "auto": {}}
 
 
 def setup(name: str, batch: int, chunks: int, mode: str, input_size: int | None

@@ -1,15 +1,19 @@
-"""The first run on a GPU, in one command that keeps every figure even when it is cut short:
+"""The GPU run, in one command that keeps every figure even when it is cut short:
 
-    python bench/gpu_check.py --budget 420 --log $OUT/gpu_check.log
+    python bench/gpu_check.py --budget 360 --log $OUT/gpu_check.log
 
-Steps, most valuable first (`--list` shows them, `--only`/`--skip` pick): the CUDA tests; 20
-iterations of train.py for CornerNet_Squeeze; its bench_train rows in bf16+channels_last and fp32
-(30 timed iterations after warm-up); test.py and demo.py with its snapshot; tools/benchmark.py's
-GPU rows of CornerNet_Squeeze (torch fp32, bf16 and torch.compile, ms per image at batch 1 and
-8, random weights); the same training for CornerNet_Tiny (generated shapes), CornerNet_Saccade
-and CornerNet; system.deterministic (two runs and a resume give equal losses); the other
-configs' test.py, demo.py and bench rows; `train.py --dry-run`; two-GPU training when there are
-two GPUs.
+Steps, most valuable first (`--list` shows them with their expected and running seconds, and
+where 8 minutes of GPU, machine start included, end; `--only`/`--skip` pick): the training
+step of CornerNet_Squeeze at batch 55 profiled (bf16 in one forward, in the shipped chunks, with
+channels_last; its breakdown; one torch.profiler step), compiled at the new defaults (compile
+seconds apart from images/s; a failure's whole traceback) and checked for syncs
+(torch.cuda.set_sync_debug_mode over non-display steps); 20 iterations of train.py for
+CornerNet_Squeeze at the new defaults; the CUDA tests; test.py and demo.py with its snapshot;
+its bench_train rows; tools/benchmark.py's GPU rows of CornerNet_Squeeze (torch fp32, bf16 and
+torch.compile, ms per image at batch 1 and 8, random weights); the same training for
+CornerNet_Tiny (generated shapes), CornerNet_Saccade and CornerNet; system.deterministic (two
+runs and a resume give equal losses); the other configs' test.py, demo.py and bench rows;
+`train.py --dry-run`; two-GPU training when there are two GPUs.
 
 Each row is printed and appended to `--log` the moment its step ends; with `--budget` a step
 that cannot finish in the time left is "not run (budget)" and the table is out before the
@@ -37,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench import _shared
-from bench._plan import GROUPS, Context, plan_order
+from bench._plan import GROUPS, PLAN_S, Context, in_plan, plan_order
 from bench._steps import Steps
 
 CONFIGS = ("CornerNet_Tiny", "CornerNet_Squeeze", "CornerNet_Saccade", "CornerNet")
@@ -260,9 +264,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.list:
-        for key in plan_order(gpus):
+        cpu, order = args.device == "cpu", plan_order(gpus)
+        fits, total = in_plan(order, cpu), 0.0
+        for key in order:
             group = GROUPS[key]
-            print(f"{key:22s} ~{group.need(args.device == 'cpu'):4.0f} s  {group.about}")
+            total += group.need(cpu)
+            print(f"{key:22s} ~{group.need(cpu):4.0f} s {total:5.0f} s  {group.about}")
+            if fits and key == fits[-1]:
+                print(f"---- the plan: these {len(fits)} groups, ~{total:.0f} s, within 8 minutes "
+                      f"with the machine's ~2 min start (--budget {PLAN_S}); the rest: --only")
         return 0
     if args.device == "cuda":
         require_gpu()

@@ -88,8 +88,8 @@ install="$install || echo 'evaluator wheels not installed: test.py rows not scor
 cat <<EOF
 
 The device command (one call; the machine's start counts against the 15 minutes):
-  run(timeout_s=510, carry=["$rel"],
-      command="$install PYTHONUNBUFFERED=1 python3 bench/gpu_check.py$data --budget 450 --log \$OUT/gpu_check.log")
+  run(timeout_s=420, carry=["$rel"],
+      command="$install PYTHONUNBUFFERED=1 python3 bench/gpu_check.py$data --budget 360 --log \$OUT/gpu_check.log")
 Then, while the machine is still warm (30 s), the log's last line ("the rest: ...") with
 --budget 200 and timeout_s=240, carry and the install prefix as above. Paste the table into
 bench/README.md with the GPU model.

@@ -77,3 +77,15 @@ def test_a_share_carries_this_rank_batch_and_chunks():
     system = config(8, [2, 2, 1, 3])
     share = deal(system.batch_size, system.chunk_sizes, 1, 2)
     assert share.local_batch == 4 and share.mine == [1, 3] and share.batch_size == 8
+
+
+def test_one_forward_per_rank_is_one_chunk_of_each_ranks_local_batch():
+    """What BatchNorm sees of a rank that runs its chunks in one forward (the running
+    statistics' merge is taken over these)."""
+    sizes = [4, 5, 5, 5, 5, 5, 5, 5, 5, 5]  # CornerNet's 49 in 10 chunks, on 3 processes
+    shares = [deal(49, sizes, rank, 3) for rank in range(3)]
+    joined = [share.per_rank() for share in shares]
+    assert [j.sizes for j in joined] == [(19, 15, 15)] * 3
+    assert [(j.first, j.count, j.mine) for j in joined] == [(0, 1, [19]), (1, 1, [15]),
+                                                            (2, 1, [15])]
+    assert [j.local_batch for j in joined] == [s.local_batch for s in shares]

@@ -52,9 +52,12 @@ def db(coco128, tmp_path_factory):
 
 
 def cuda_factory(tmp_path, db, seed=0, **system):
+    """The GPU's step (fused optimizer, static targets), eager unless `compile` is asked for:
+    the compiled step is gpu_check's compile group, minutes these tests need not spend."""
     from core.nnet.py_factory import NetworkFactory
     torch.manual_seed(seed)
-    return NetworkFactory(tiny_config(tmp_path, **system), db, device="cuda")
+    return NetworkFactory(tiny_config(tmp_path, **{"compile": False, **system}), db,
+                          device="cuda")
 
 
 def test_cuda_resolves_to_the_current_gpu_and_the_factory_uses_it(tmp_path, db):

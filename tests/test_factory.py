@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from core.config import ConfigError, SystemConfig, check_db_config
-from core.nnet.py_factory import NetworkFactory, NonFiniteLoss
+from core.nnet.py_factory import NetworkFactory
+from core.nnet.step_path import StepPath
 from tests.test_precision import batch_of
 from tests.test_precision import factory as tiny_factory
 
@@ -118,13 +119,26 @@ def test_factory_reports_grad_norm_equal_to_the_gradients(tmp_path, tiny_db):
 
 
 
-def test_a_skipped_non_finite_step_leaves_the_batch_norm_statistics_untouched(tmp_path, tiny_db):
+@pytest.mark.parametrize("path", [None, StepPath(fused=True, static_targets=True)],
+                         ids=["cpu", "gpu path"])
+def test_a_non_finite_step_is_skipped_on_the_device_leaving_weights_optimizer_and_statistics(
+        tmp_path, tiny_db, path):
     nnet = tiny_factory(tmp_path, tiny_db, nonfinite_loss="skip")
+    if path is not None:  # the GPU's step (fused Adam: found_inf) built on the CPU
+        torch.manual_seed(0)
+        nnet = NetworkFactory(nnet.system_config, tiny_db, device="cpu", path=path)
     nnet.train_mode()
+    batch = batch_of(tiny_db, 2)
+    nnet.train(batch)  # a good step first: the optimizer has state to keep
     with torch.no_grad():
         nnet.model.hg.pre[0].conv.weight[0, 0, 0, 0] = float("nan")
-    before = [b.clone() for b in nnet.model.buffers()]
-    with pytest.raises(NonFiniteLoss):
-        nnet.train(batch_of(tiny_db, 2))
-    for now, was in zip(nnet.model.buffers(), before):
-        assert torch.equal(now, was)
+    before = {k: v.clone() for k, v in nnet.model.state_dict().items()}
+    moments = [{k: v.clone() for k, v in state.items()} for state in nnet.optimizer.state.values()]
+    loss, _terms = nnet.train(batch)
+    assert not torch.isfinite(loss)  # returned, not raised: the step's reader says it
+    for key, value in nnet.model.state_dict().items():
+        assert torch.equal(value, before[key]) or (value.isnan() == before[key].isnan()).all() \
+            and torch.equal(value.nan_to_num(), before[key].nan_to_num()), key
+    for state, was in zip(nnet.optimizer.state.values(), moments):
+        for key, value in state.items():
+            assert torch.equal(value, was[key]), key  # the step counters included

@@ -16,7 +16,7 @@ from _coco_counts import facts
 from _inproc import run_script
 
 from bench import _rehearsal, _shared
-from bench._plan import Context, bench, deploy_gpu
+from bench._plan import GROUPS, PLAN_S, Context, bench, bench_step, deploy_gpu, in_plan
 from bench._steps import Steps
 from bench.gpu_check import CONFIGS, REPO, parse_args, select, write_configs
 from core.config import load_config
@@ -86,7 +86,8 @@ def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
     assert select(["bench-*"], ["bench-cornernet"], gpus=1) == [
         "bench-squeeze", "bench-squeeze-more", "bench-tiny", "bench-saccade"]
     everything = select([], [], gpus=1)
-    assert everything[:4] == ["cuda-tests", "train-squeeze", "bench-squeeze", "test-squeeze"]
+    assert everything[:6] == ["profile", "compile", "sync-check", "train-squeeze", "cuda-tests",
+                              "test-squeeze"]
     assert "train-2gpu" not in everything and "train-2gpu" in select([], [], gpus=2)
     with pytest.raises(ValueError, match="no step group matches 'trian-\\*'"):
         select(["trian-*"], [], gpus=1)
@@ -288,7 +289,8 @@ def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_
     size = sum(path.stat().st_size for path in dest.rglob("*") if path.is_file())
     assert size < 64 * 2 ** 20
     assert 'carry=["shared"]' in done.stdout
-    assert "bench/gpu_check.py --budget 450 --log $OUT/gpu_check.log" in done.stdout
+    assert "bench/gpu_check.py --budget 360 --log $OUT/gpu_check.log" in done.stdout
+    assert "run(timeout_s=420," in done.stdout  # 8 minutes with the machine's start
     wheels = sorted(path.name for path in (dest / "wheels").glob("*.whl"))
     if "wheels: not downloaded" in done.stdout:  # no network: the data part is what was checked
         warnings.warn("gpu_prep.sh could not download the evaluator wheels here; only the "
@@ -296,3 +298,53 @@ def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_
     else:
         assert [name.split("-")[0] for name in wheels] == ["faster_coco_eval", "pycocotools"]
         assert all("cp312" in name and "manylinux" in name for name in wheels)
+
+
+def test_the_plan_fits_8_minutes_with_the_machines_start_and_leads_with_the_step_groups():
+    plan = in_plan(select([], [], gpus=1))
+    assert plan[:4] == ["profile", "compile", "sync-check", "train-squeeze"]
+    assert sum(GROUPS[key].gpu for key in plan) <= PLAN_S == 8 * 60 - 120
+    assert "deploy-gpu" not in plan  # moved down: it does not fit
+
+
+def test_the_list_marks_where_the_plan_ends(capsys):
+    from bench.gpu_check import main
+    assert main(["--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    cut = next(i for i, line in enumerate(lines) if line.startswith("---- the plan"))
+    assert [line.split()[0] for line in lines[:cut]] == in_plan(select([], [], gpus=1))
+    assert f"(--budget {PLAN_S})" in lines[cut]
+
+
+class CannedStep(Steps):
+    """Answers a step with bench/bench_step.py's own output instead of running it."""
+
+    def run(self, name, cmd, timeout, need, measure=None, env=None):
+        self.cmd = [str(part) for part in cmd]
+        self.add(name, "ok", 1.0, measure("") if measure else "")
+        return ("device cuda:0, torch 2.11.0; CornerNet_Squeeze batch 55\n"
+                "row\tCornerNet_Squeeze at the defaults, compiled (default), batch 55\tok\t"
+                "402.0 images/s (bf16, compiled, one forward, fused optimizer; first step 81.0 s)\n"
+                "row\tcompile (default)\tFAIL\tTypeError: list indices must be integers\n"
+                "log\tTraceback (most recent call last):\n"
+                "log\t  File \"inductor.py\", line 1, in codegen\n"
+                "log\tTypeError: list indices must be integers or slices, not NoneType\n")
+
+
+def test_the_step_groups_rows_become_table_rows_and_a_traceback_goes_whole_into_the_log(
+        tmp_path):
+    steps = CannedStep(tmp_path, log=tmp_path / "check.log")
+    ctx = Context(steps=steps, py="python", device="cuda", root=tmp_path, coco128=None,
+                  backend="none", gpus=1, tiny=False, configs=tmp_path,
+                  workers=dict.fromkeys(CONFIGS, 8), write_configs=write_configs)
+    bench_step("compile", 110, 40, 420, "compile CornerNet_Squeeze step")(ctx)
+    assert steps.cmd[1:] == ["bench/bench_step.py", "compile", "--device", "cuda"]
+    assert [row[:2] for row in steps.rows[1:]] == [
+        ("  CornerNet_Squeeze at the defaults, compiled (default), batch 55", "ok"),
+        ("  compile (default)", "FAIL")]
+    assert steps.rows[1].detail.startswith("402.0 images/s (bf16, compiled")
+    log = (tmp_path / "check.log").read_text()
+    assert "    Traceback (most recent call last):\n    " in log
+    assert log.rstrip().endswith("    TypeError: list indices must be integers or slices, not "
+                                 "NoneType")
+    assert steps.failed

@@ -71,6 +71,15 @@ def check_system_rules(configs: dict, where: str) -> None:
     _check_counts(configs, where)
     _check_learning(configs, where)
     _check_data_and_names(configs, where)
+    _check_step(configs, where)
+
+
+def _check_step(configs: dict, where: str) -> None:
+    """CUDA graphs (`compile_mode: "reduce-overhead"`) exist only for a compiled step."""
+    if configs["compile_mode"] != "default" and configs["compile"] is False:
+        raise ConfigError(f"{where}: system.compile_mode \"{configs['compile_mode']}\" needs a "
+                          f"compiled step; set system.compile to \"auto\" or true, or "
+                          f"compile_mode to \"default\"")
 
 
 def _check_counts(configs: dict, where: str) -> None:

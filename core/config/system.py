@@ -58,10 +58,14 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "seed": (123, (int,), False),
     "nonfinite_loss": ("stop", (str,), False),
     "strict_images": (False, (bool,), False),
-    "amp": (None, (str,), True),
+    # the step on its device (core/nnet/step_path.py): "auto" is the fastest correct choice
+    # of the device (bf16 autocast, compiled, one forward on a GPU; today's step on the CPU)
+    "amp": ("auto", (str,), True),
     "sync_bn": (False, (bool,), False),
     "channels_last": (False, (bool,), False),
-    "compile": (False, (bool,), False),
+    "compile": ("auto", (bool, str), False),
+    "compile_mode": ("default", (str,), False),
+    "one_forward": ("auto", (bool, str), False),
     "deterministic": (False, (bool,), False),
     # watching and steering a run
     "eval_iter": (0, (int,), False),
@@ -116,9 +120,13 @@ _CHOICES = {
     "nms_algorithm": NMS_ALGORITHMS,
     "opt_algo": ("adam", "sgd"),
     "nonfinite_loss": ("stop", "skip"),
-    "amp": ("bf16", "fp16"),
+    "amp": ("auto", "fp32", "bf16", "fp16"),
+    "compile_mode": ("default", "reduce-overhead"),
     "stop_signal": ("USR1", "USR2", "TERM", "HUP"),
 }
+
+# Keys that are true, false or "auto" (decided by the device: core/nnet/step_path.py).
+_AUTO_BOOL = {"compile", "one_forward"}
 
 # Keys that the original's configs carry but its code never read. Accepting them silently would
 # hide typos; rejecting them without a word would puzzle people porting a config.
@@ -186,6 +194,8 @@ def _db_schema() -> dict[str, tuple[Any, tuple[type, ...], bool]]:
 
 def _type_name(types: tuple[type, ...], nullable: bool) -> str:
     names = ["number"] if types == _NUMBER else [t.__name__ for t in types]
+    if types == (bool, str):
+        names = ["true, false or \"auto\""]
     return " or ".join(names + (["null"] if nullable else []))
 
 
@@ -212,6 +222,9 @@ def _check(section: str, schema: dict, new: dict, where: str) -> dict:
                 f"{where}: {section}.{key} must be {_type_name(types, nullable)}, got "
                 f"{type(value).__name__} {value!r}{hint}")
         check_finite(section, key, value, where)
+        if key in _AUTO_BOOL and isinstance(value, str) and value != "auto":
+            raise ConfigError(f"{where}: {section}.{key} is '{value}'; valid: true, false or "
+                              f"\"auto\"")
         if key in _POSITIVE and value is not None and value <= 0:
             raise ConfigError(f"{where}: {section}.{key} must be greater than 0, got {value}")
         if key in _CHOICES and value is not None and value not in _CHOICES[key]:

@@ -69,6 +69,16 @@ class Deal:
         """The images this process builds and trains on per batch."""
         return sum(self.mine)
 
+    def per_rank(self) -> Deal:
+        """The same dealing with each process's chunks joined into one: what a process running
+        its local batch in one forward is to BatchNorm (its running statistics' merge)."""
+        counts = even_split(len(self.sizes), self.world)
+        starts = [sum(counts[:rank]) for rank in range(self.world)]
+        sizes = tuple(sum(self.sizes[start:start + count])
+                      for start, count in zip(starts, counts))
+        return Deal(sizes=sizes, world=self.world, rank=self.rank, first=self.rank, count=1,
+                    note=self.note)
+
     @property
     def loss_weight(self) -> float:
         """What each chunk's loss is multiplied by before backward: P / K, so that DDP's mean

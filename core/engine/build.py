@@ -145,7 +145,7 @@ def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: Network
     log(f"training images: {len(training_db.db_inds)}, device: {nnet.device}, "
         f"processes: {world}, global batch {share.batch_size} in chunks {list(share.sizes)}, "
         f"rank 0 runs {share.mine}; {threads} thread(s) and {workers} prefetch worker(s) "
-        f"per process on {usable_cpus()} usable CPUs")
+        f"per process on {usable_cpus()} usable CPUs; step: {nnet.path.describe()}")
     if share.note:
         log(f"note: {share.note}")
     if nnet.frozen:
@@ -203,7 +203,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
     torch.manual_seed(system_config.seed)
     nnet = NetworkFactory(system_config, training_db, device=device, distributed=distributed,
-                          share=share)
+                          share=share, log=log)
     if rank == 0:
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))

@@ -18,7 +18,6 @@ from ..errors import Stopped
 from .build import build, data_only
 from .metrics import Progress, display_line, progress_bar
 from .schedule import due, learning_rate_at
-from .steps import validate
 
 if TYPE_CHECKING:
     import torch
@@ -56,15 +55,17 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
         try:
             for it in bar:
                 nnet.set_lr(lr := learning_rate_at(it, config))
-                # the step: one host sync inside (is the loss finite?); None: a skipped step
+                # the step: queued on the device, no host sync (a non-finite loss is skipped
+                # there, and read with the next display, validation, evaluation or snapshot)
                 result = run.step(run.take(train_data), it)
                 run.iteration = it
-                # host sync on display iterations: the loss and the gradient norm are read
-                if result is not None and due(it, config.display):
+                # host sync on display iterations: the steps since the last read (skipped
+                # ones said), the loss and the gradient norm; nothing shown for a skipped step
+                if due(it, config.display) and run.step.settle(it):
                     metrics.put(**run.display_values(result, lr))
                     log(display_line(it, metrics.pending) + progress.note(it))
                 if val_data is not None and due(it, config.val_iter):
-                    metrics.put(val_loss=validate(nnet, val_data, run.wait_stop))  # host sync
+                    metrics.put(val_loss=run.validated(val_data, it))  # host sync
                     log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
                 if run.evaluate.due(it):
                     metrics.put(**(found := run.evaluated(it)))

@@ -24,6 +24,7 @@ from .curves import write_run_report
 from .limits import Limits
 from .metrics import EVAL_KEYS, Metrics, open_metrics, training_values
 from .snapshots import Best, Saver, scored_note
+from .steps import validate
 from .stop import held_back
 from .trackers import open_trackers, wanted
 
@@ -182,9 +183,15 @@ class Run:
         return training_values(*result, lr, self.nnet.grad_norm, self.nnet.device, self.speed,
                                self.counts, self.step.skipped)
 
+    def validated(self, data: Prefetcher, iteration: int) -> float:
+        """The validation loss of the next batch, once the steps so far are read."""
+        self.step.settle(iteration)
+        return validate(self.nnet, data, self.wait_stop)
+
     def evaluated(self, iteration: int) -> dict:
-        """Evaluate now; on rank 0 the best record and snapshot follow, and the metrics of it
-        are returned ({} on the other ranks)."""
+        """Evaluate now (the steps so far read first); on rank 0 the best record and snapshot
+        follow, and the metrics of it are returned ({} on the other ranks)."""
+        self.step.settle(iteration)
         found = self.evaluate(self.nnet, iteration)
         if found is None:
             return {}
@@ -204,6 +211,9 @@ class Run:
         return [stopping, timed, patience, deadline]
 
     def save(self, iteration: int) -> None:
+        """A snapshot of `iteration`, once its steps are read: never one of a run that the
+        non-finite-loss policy stops."""
+        self.step.settle(iteration)
         self.saver.save(iteration)
         self.clock.saved()
 
@@ -217,6 +227,7 @@ class Run:
         """After a stop request: the snapshot of the last iteration done (every rank is here:
         they stopped together), said; the exit status."""
         if self.iteration > self.start:
+            self.step.settle(self.iteration)
             with self.stop.finishing():
                 self.saver.save(self.iteration)
             self.log(f"stopped by signal after iteration {self.iteration}; snapshot "
@@ -224,6 +235,8 @@ class Run:
         return self.stop.exit_status
 
     def summary(self) -> str:
+        """The last line of a run that ran to its end (its last steps read first)."""
+        self.step.settle(self.iteration)
         skipped, best = self.step.skipped, self.best.record
         return (f"done: {self.system_config.max_iter} iterations, waiting for data "
                 f"{self.speed.overall_wait():.1%} of the time"

@@ -22,20 +22,23 @@ from .running_stats import RunningStatsMerge
 
 
 def one_forward(sync_bn: bool, distributed: bool, share: Deal | None) -> bool:
-    """Whether each rank runs its whole local batch in one forward (SyncBN across ranks)."""
+    """Whether SyncBN makes each rank run its whole local batch in one forward (across ranks;
+    `system.one_forward` asks for it without SyncBN: core/nnet/step_path.py)."""
     return bool(sync_bn and distributed and share and share.world > 1)
 
 
-def wrap(model: nn.Module, device: torch.device, share: Deal | None,
+def wrap(model: nn.Module, device: torch.device, share: Deal | None, synced: bool,
          single_forward: bool) -> tuple[nn.parallel.DistributedDataParallel,
                                         RunningStatsMerge | None]:
     """`model` in DistributedDataParallel (process group already set up), and the merge of its
-    BatchNorm running statistics (None when SyncBN keeps them equal already)."""
+    BatchNorm running statistics: None when SyncBN (`synced`) keeps them equal already; over
+    each rank's local batch as one chunk where a rank runs it in one forward."""
     ids = [device.index] if device.type == "cuda" else None
     # Buffers are merged after each step (RunningStatsMerge), not broadcast from rank 0.
     ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids, forward_sync_buffers=False)
-    merge = RunningStatsMerge(model, share) if not single_forward and share is not None else None
-    return ddp, merge
+    if synced or share is None:
+        return ddp, None
+    return ddp, RunningStatsMerge(model, share.per_rank() if single_forward else share)
 
 
 def casts_once(device_type: str) -> contextlib.AbstractContextManager:

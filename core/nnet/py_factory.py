@@ -18,7 +18,8 @@ from ..errors import ConfigError, RunFailure
 from ..models import build_model, load_original_state_dict
 from ..sample.render import normalize_image, render_targets
 from ..utils.device import check_runtime, resolve_device
-from . import checkpoint, parallel
+from . import checkpoint, parallel, step_path
+from .compiled import StepFunction, run_guarded
 from .ema import WeightAverage
 from .freeze import freeze, frozen_norms_to_eval
 
@@ -27,11 +28,13 @@ if TYPE_CHECKING:
     from ..data.chunks import Deal
     from ..dbs.detection import DETECTION
     from .running_stats import RunningStatsMerge
+    from .step_path import StepPath
 
 
 class NonFiniteLoss(RunFailure, FloatingPointError):
-    """The loss of a step is NaN or infinite; `terms` holds every component. The loop sets
-    `iteration`, and `skipped` = (bad, recent) when it stops after skipping too many steps."""
+    """The loss of a step is NaN or infinite; `terms` holds every component. The step sets
+    `iteration` (of the bad step) and `read_at` (the iteration whose read found it), and
+    `skipped` = (bad, recent) when it stops after skipping too many steps."""
 
     def __init__(self, terms: dict[str, float]) -> None:
         self.terms = terms
@@ -44,12 +47,11 @@ class NonFiniteLoss(RunFailure, FloatingPointError):
             return (f"iteration {iteration}: {bad} of the last {recent} steps had a non-finite "
                     f"loss ({self}); the run is diverging, stopping. Lower "
                     f"system.learning_rate or resume from an earlier snapshot.")
-        return (f"iteration {iteration}: the loss is not finite ({self}); stopping. Lower "
+        read = getattr(self, "read_at", iteration)
+        later = f" (found when read at iteration {read})" if read != iteration else ""
+        return (f"iteration {iteration}: the loss is not finite ({self}){later}; stopping. Lower "
                 f"system.learning_rate, check the data, or set system.nonfinite_loss to "
                 f"\"skip\".")
-
-
-AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class NetworkFactory:
@@ -57,32 +59,39 @@ class NetworkFactory:
 
     Args:
         system_config: the resolved SystemConfig (optimizer, snapshot paths, amp, sync_bn,
-            channels_last, compile).
+            channels_last, compile, one_forward).
         db: a dataset object; its `configs` give the class count and the target rules.
         device: where to run (`core.utils.device.resolve_device`: cuda:<current> when there is
             a GPU, else CPU, unless given).
         distributed: wrap the model in DistributedDataParallel (process group already set up).
         share: this process's chunks of the global batch (`core.data.chunks.deal`); None is one
             process running the whole batch as one chunk.
+        path: how the step runs (`step_path.resolve` of the config on this device, unless
+            given: a bench builds the GPU's path on the CPU).
+        log: where a compile that failed is said (one line).
     """
 
     def __init__(self, system_config: SystemConfig, db: DETECTION,
                  device: torch.device | str | None = None,
-                 distributed: bool = False, share: Deal | None = None) -> None:
+                 distributed: bool = False, share: Deal | None = None,
+                 path: StepPath | None = None, log: Callable[[str], None] = print) -> None:
         self.system_config = system_config
         self.db_configs = db.configs
         self.classes = checkpoint.class_record(db)  # names travel with the snapshot
         self.categories = db.configs["categories"]
         self.device = resolve_device(device)
         check_runtime(system_config.amp, system_config.sync_bn, self.device)
+        self.path = path or step_path.resolve(system_config, self.device.type)
         self.share = share
         self.distributed = distributed
         model = build_model(system_config.model_name, self.categories)
         self.frozen = freeze(model, system_config.freeze)
-        self.one_forward = parallel.one_forward(system_config.sync_bn, distributed, share)
-        if self.one_forward:
+        # SyncBN across ranks needs one forward per rank (its collectives must match).
+        synced = parallel.one_forward(system_config.sync_bn, distributed, share)
+        if synced:
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-        self._memory_format = (torch.channels_last if system_config.channels_last
+        self.one_forward = synced or self.path.one_forward
+        self._memory_format = (torch.channels_last if self.path.channels_last
                                else torch.contiguous_format)
         self.model = model.to(self.device, memory_format=self._memory_format)
         self.loss = self.model.loss
@@ -91,25 +100,28 @@ class NetworkFactory:
         self._merge: RunningStatsMerge | None = None
         if distributed:
             self._ddp, self._merge = parallel.wrap(self.model, self.device, share,
-                                                   self.one_forward)
+                                                   synced, self.one_forward)
             self.network = self._ddp
-        if system_config.compile:
-            self.network = torch.compile(self.network)
+        self._amp = self.path.dtype
+        self.step_fn = StepFunction(self.network, self.loss, self._amp, self.path.compile,
+                                    self.path.compile_mode, log, system_config.snapshot_dir)
         self._params = [p for p in self.model.parameters() if p.requires_grad]
         self.ema = WeightAverage.of(self.model, system_config)  # None unless system.ema_decay
         self.grad_norm: torch.Tensor | None = None  # of the last step, before clipping
         params = self._params
         lr, decay = system_config.learning_rate, system_config.weight_decay
+        # Fused on a GPU: the step counters stay on the device, and `found_inf` skips a step
+        # there. The CPU keeps torch's default (for the CPU: one tensor at a time).
+        fused = {"fused": True} if self.path.fused else {}
         if system_config.opt_algo == "adam":
-            self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=decay)
+            self.optimizer = torch.optim.Adam(params, lr=lr, weight_decay=decay, **fused)
         else:
-            self.optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=decay)
-        self._amp = AMP_DTYPES.get(system_config.amp)
-        self.scaler = torch.amp.GradScaler(self.device.type,
-                                           enabled=system_config.amp == "fp16")
-        # fp16: whether the scaler skipped the last step (its gradients overflowed).
-        self.scaler_skipped = False
-        self._scale: float | None = None
+            self.optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=decay,
+                                             **fused)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.path.amp == "fp16")
+        # fp16: whether the scaler skipped the last step (its gradients overflowed), a bool
+        # on the device; False without a scaler.
+        self.scaler_skipped: torch.Tensor | bool = False
 
     # ----------------------------------------------------------------------------- modes
     def train_mode(self) -> None:
@@ -133,21 +145,35 @@ class NetworkFactory:
         image = normalize_image(chunk["image"], chunk["color"])
         return image.contiguous(memory_format=self._memory_format)
 
-    def _chunk_loss(self, chunk: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """Render the targets and normalise the image on the device, run model and loss."""
-        targets = render_targets(chunk, self.db_configs, self.categories)
-        with self._autocast():
-            outs = self.network(self._image(chunk))
-        return self.loss(outs, targets)
+    def _targets(self, chunk: dict[str, torch.Tensor]) -> list:
+        return render_targets(chunk, self.db_configs, self.categories,
+                              static=self.path.static_targets or None)
 
-    def _whole_batch_losses(self, batch: dict[str, torch.Tensor],
-                            chunks: list[dict[str, torch.Tensor]]) -> list[tuple]:
-        """One forward of the whole local batch, then the loss of each chunk of its outputs."""
-        with self._autocast():
-            outs = self.network(self._image(batch))
-        sizes = [len(chunk["image"]) for chunk in chunks]
-        return [self.loss(part, render_targets(chunk, self.db_configs, self.categories))
-                for part, chunk in zip(parallel.split_outputs(outs, sizes), chunks)]
+    def _losses(self, fn: StepFunction, batch: dict[str, torch.Tensor],
+                chunks: list[dict[str, torch.Tensor]],
+                backward: Callable[[torch.Tensor], None] | None = None) -> list[tuple]:
+        """The (loss, terms) of every chunk: one forward of the whole local batch, or one per
+        chunk (each followed by `backward` of its loss, so its graph is freed before the next;
+        DDP reduces the gradients once, with the last chunk)."""
+        if self.one_forward:
+            losses = fn(self._image(batch), [self._targets(chunk) for chunk in chunks],
+                        [len(chunk["image"]) for chunk in chunks])
+            if backward is not None:
+                backward(sum(loss for loss, _ in losses))
+            return [(loss.detach(), terms) for loss, terms in losses]
+        losses = []
+        with parallel.casts_once(self.device.type):
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                sync = contextlib.nullcontext() if last or self._ddp is None or backward is None \
+                    else self._ddp.no_sync()
+                with sync:
+                    [(loss, terms)] = fn(self._image(chunk), [self._targets(chunk)],
+                                         [len(chunk["image"])])
+                    if backward is not None:
+                        backward(loss)
+                losses.append((loss.detach(), terms))
+        return losses
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         return {key: value.to(self.device, non_blocking=True) for key, value in batch.items()}
@@ -156,17 +182,17 @@ class NetworkFactory:
         return parallel.global_mean(losses, self.share, self.distributed)
 
     def train(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        """One optimisation step. Returns (loss, terms): means over every chunk of the global
-        batch, detached, equal on every rank.
+        """One optimisation step; on a GPU nothing in it waits for the device (fused
+        optimizer, static targets). Returns (loss, terms): means over every chunk of the global
+        batch, detached, on the device, equal on every rank.
 
         Each chunk's loss is scaled by `share.loss_weight` before its backward, so that DDP's
-        averaged gradient is that of the mean over all chunks. Without SyncBN, each chunk's graph
-        is freed by its own backward (gradients accumulate; DDP reduces them once, with the last
-        chunk). A non-finite loss raises NonFiniteLoss before the parameters are touched.
+        averaged gradient is that of the mean over all chunks. A non-finite loss skips the
+        update on the device, as a gradient scaler skips one: the parameters and the optimizer
+        are left as they were (and, with system.nonfinite_loss "skip", the BatchNorm running
+        statistics); whoever reads the loss later (`steps.TrainStep.settle`) learns it then.
         """
         self.optimizer.zero_grad(set_to_none=True)
-        if self._scale is None and self.scaler.is_enabled():  # the initial or resumed scale
-            self._scale = self.scaler.get_scale()
         batch = self._to_device(batch)
         chunks = parallel.split_batch(batch, self.share)
         weight = self.share.loss_weight if self.share else 1.0 / len(chunks)
@@ -175,45 +201,46 @@ class NetworkFactory:
                    if self.system_config.nonfinite_loss == "skip" else [])
         if self._merge is not None:
             self._merge.begin()
-        if self.one_forward:
-            losses = self._whole_batch_losses(batch, chunks)
-            self.scaler.scale(sum(loss for loss, _ in losses) * weight).backward()
-        else:
-            losses = []
-            with parallel.casts_once(self.device.type):
-                for i, chunk in enumerate(chunks):
-                    last = i == len(chunks) - 1
-                    sync = contextlib.nullcontext() if last or self._ddp is None \
-                        else self._ddp.no_sync()
-                    with sync:
-                        loss, terms = self._chunk_loss(chunk)
-                        self.scaler.scale(loss * weight).backward()
-                    losses.append((loss.detach(), terms))
+
+        def backward(loss: torch.Tensor) -> None:
+            self.scaler.scale(loss * weight).backward()
+
+        losses = run_guarded(self.step_fn, lambda fn: self._losses(fn, batch, chunks, backward),
+                             lambda: self.optimizer.zero_grad(set_to_none=True))
         if self._merge is not None:
             self._merge.finish()
         loss, terms = self._global_mean(losses)
-        if not bool(torch.isfinite(loss)):
-            self.optimizer.zero_grad(set_to_none=True)
+        bad = ~torch.isfinite(loss)
+        if buffers:
             with torch.no_grad():
                 for now, before in zip(self.model.buffers(), buffers):
-                    now.copy_(before)
-            raise NonFiniteLoss({k: float(v) for k, v in terms.items()})
+                    now.copy_(torch.where(bad, before, now))
         self.grad_norm = self._clip_gradients()
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        self._note_scaler_skip()
-        if self.ema is not None:
+        self._optimizer_step(bad)
+        if self.ema is not None:  # a skipped step averages in the unchanged weights
             self.ema.update(self.model)
         return loss, terms
 
-    def _note_scaler_skip(self) -> None:
-        """`scaler_skipped`: the scaler lowered its scale, which it does exactly when it found
-        inf/NaN gradients and skipped `optimizer.step()` (one read of the scale per fp16 step)."""
-        if self._scale is None:
+    def _optimizer_step(self, bad: torch.Tensor) -> None:
+        """The optimizer's step unless `bad` (a bool on the device), and the scaler's update.
+
+        A fused optimizer takes `found_inf` and skips on the device; with fp16 the scaler
+        hands it its own (a non-finite loss has non-finite gradients), and `scaler_skipped`
+        says whether the scaler lowered its scale for another reason. Elsewhere (the CPU's
+        optimizer) the step is skipped by reading `bad`: the CPU has nothing queued to wait for.
+        """
+        if self.scaler.is_enabled():
+            before = self.scaler._scale.clone() if self.scaler._scale is not None else None
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            if before is not None:
+                self.scaler_skipped = (self.scaler._scale < before) & ~bad
             return
-        scale = self.scaler.get_scale()
-        self.scaler_skipped = scale < self._scale
-        self._scale = scale
+        if self.path.fused:
+            self.optimizer.found_inf = bad.float()
+            self.optimizer.step()
+        elif not bool(bad):
+            self.optimizer.step()
 
     def _clip_gradients(self) -> torch.Tensor:
         """The total 2-norm of the (unscaled) gradients, before clipping; with
@@ -231,10 +258,9 @@ class NetworkFactory:
         """The loss of a batch (mean over every chunk of the global batch), updating nothing."""
         batch = self._to_device(batch)
         chunks = parallel.split_batch(batch, self.share)
-        if self.one_forward:
-            return self._global_mean(self._whole_batch_losses(batch, chunks))
-        with parallel.casts_once(self.device.type):
-            return self._global_mean([self._chunk_loss(chunk) for chunk in chunks])
+        return self._global_mean(run_guarded(self.step_fn,
+                                             lambda fn: self._losses(fn, batch, chunks),
+                                             lambda: None))
 
     # ------------------------------------------------------------------------ parameters
     def config_record(self) -> dict:
