@@ -13,7 +13,6 @@ from core.deploy.network import InferenceNetwork
 from core.inference.cornernet_saccade import cornernet_saccade_inference
 from core.inference.loop import MOST_AT_ONCE, DetectionRun, cpu_workers, detect
 from core.utils.images import ImageReadError
-from core.utils.threads import usable_cpus
 
 
 class FakeDB:
@@ -283,12 +282,18 @@ def test_a_real_network_in_image_threads_gives_the_numbers_of_one_thread(two_thr
 
 
 def test_images_in_threads_only_for_torch_computing_on_the_cpu(monkeypatch):
+    import core.utils.threads
+
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     net = InferenceNetwork(SystemConfig().update_config({"model": "CornerNet_Tiny"}),
                            FakeDB().configs, "cpu")
+    monkeypatch.setattr(core.utils.threads, "usable_cpus", lambda: 16)
     assert cpu_workers(net, 3) == 3
     assert cpu_workers(net, 64) == MOST_AT_ONCE  # many CPUs: several threads per image
-    assert cpu_workers(net) == min(usable_cpus(), MOST_AT_ONCE)
+    assert cpu_workers(net) == MOST_AT_ONCE
+    monkeypatch.setattr(core.utils.threads, "usable_cpus", lambda: 2)
+    assert cpu_workers(net, 3) == 2  # --threads beyond the CPUs is capped to them
+    assert cpu_workers(net) == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert cpu_workers(net) == 1
     assert cpu_workers(FakeNet(), 3) == 1  # not a torch module: its runtime keeps its threads
