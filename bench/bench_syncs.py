@@ -11,8 +11,10 @@ weights, whose update is part of the step), eagerly, so that every op is dispatc
 counted by `core.utils.host_reads.counting_host_reads`. Printed per measurement, one line:
 
     CornerNet_Tiny training: host reads per non-display step: 0
+    CornerNet_Squeeze test: host reads per decode batch: 0
 
-and, when it is not 0, the reads by op. Each measurement is one function of MEASUREMENTS.
+and, when it is not 0, the reads by op. Each measurement is one function of MEASUREMENTS: the
+training step, and a test batch's decode on the GPU's path (bench/bench_decode_syncs.py).
 """
 
 from __future__ import annotations
@@ -42,11 +44,12 @@ MODELS = ("CornerNet_Tiny", "CornerNet_Squeeze")
 
 @dataclasses.dataclass
 class Counted:
-    """One measurement: `label`, host reads per step, and the reads by op over its steps."""
+    """One measurement: `label`, host reads per step (or per `per`), and the reads by op."""
 
     label: str
     per_step: float
     reads: Counter
+    per: str = "non-display step"
 
 
 def gpu_step(name: str, batch: int, side: int | None = None) -> tuple[TrainStep, dict]:
@@ -83,17 +86,28 @@ def training_reads(name: str, batch: int, steps: int = 2,
             Counted(f"{name} training, display step", shown.total, shown.reads)]
 
 
-# The measurements, each a function of the parsed arguments returning its Counted rows; a
-# decode measurement is one more function here.
+def decode_rows(models: list[str], batch: int) -> list[Counted]:
+    """Reads of one test batch's decode per model, on the GPU's path."""
+    from bench.bench_decode_syncs import decode_reads
+
+    rows = []
+    for name in models:
+        reads = decode_reads(name, batch)
+        rows.append(Counted(f"{name} test", sum(reads.values()), reads, "decode batch"))
+    return rows
+
+
+# The measurements, each a function of the parsed arguments returning its Counted rows.
 MEASUREMENTS: list[Callable[[argparse.Namespace], list[Counted]]] = [
     lambda args: [row for name in args.models
                   for row in training_reads(name, args.batch, args.steps)[:1]],
+    lambda args: decode_rows(args.models, args.decode_batch),
 ]
 
 
 def line(counted: Counted) -> str:
-    """`<label>: host reads per non-display step: N`."""
-    return f"{counted.label}: host reads per non-display step: {counted.per_step:g}"
+    """`<label>: host reads per non-display step: N` (or `per decode batch`)."""
+    return f"{counted.label}: host reads per {counted.per}: {counted.per_step:g}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS))
     parser.add_argument("--batch", type=int, default=2, help="images per step (two chunks)")
     parser.add_argument("--steps", type=int, default=2, help="non-display steps counted")
+    parser.add_argument("--decode-batch", type=int, default=8, help="images per decode batch")
     args = parser.parse_args(argv)
     torch.set_num_threads(min(2, torch.get_num_threads()))
     for measure in MEASUREMENTS:

@@ -48,7 +48,31 @@ def test_the_cpus_own_step_is_seen_reading(tiny_rows):
     assert counted.reads["_local_scalar_dense"] == params + 1  # each counter, and bool(bad)
 
 
-def test_the_bench_prints_one_line_per_model(capsys):
-    assert bench_syncs.main(["--models", "CornerNet_Tiny", "--steps", "1"]) == 0
-    assert capsys.readouterr().out == \
+def test_the_bench_prints_the_step_and_the_decode_of_each_model(capsys):
+    assert bench_syncs.main(["--models", "CornerNet_Tiny", "--steps", "1",
+                             "--decode-batch", "2"]) == 0
+    assert capsys.readouterr().out == (
         "CornerNet_Tiny training: host reads per non-display step: 0\n"
+        "CornerNet_Tiny test: host reads per decode batch: 0\n")
+
+
+def test_the_decode_row_counts_what_the_decode_reads(monkeypatch):
+    """The decode row is the decode's own count: a decode that reads a value back (as the
+    nonzero top-k did) shows in it, by op."""
+    import bench.bench_decode_syncs as decode_syncs
+
+    real = decode_syncs.decode_reads
+
+    def reading(config, batch):
+        import torch
+
+        from core.utils.host_reads import counting_host_reads
+
+        reads = real(config, batch)
+        with counting_host_reads() as extra:
+            torch.nonzero(torch.ones(3))
+        return reads + extra.reads
+    monkeypatch.setattr(decode_syncs, "decode_reads", reading)
+    [row] = bench_syncs.decode_rows(["CornerNet_Tiny"], 2)
+    assert row.per_step == 1 and row.reads == {"nonzero": 1}
+    assert bench_syncs.line(row) == "CornerNet_Tiny test: host reads per decode batch: 1"
