@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import load_config
 from core.models.fit import model_size_rule
 

@@ -287,6 +287,38 @@ PLAN_S = 360
 # Expected GPU seconds of the new groups (not measured yet: estimates from the first run's
 # Squeeze step, ~0.3 s at batch 55 in bf16, and a compile of its step estimated at 90 s).
 STEP_S = {"profile": 60, "compile": 110, "sync-check": 25}
+# Expected GPU seconds of the test-time groups (estimates: the first run's test.py took 17 s for
+# 8 images at 1.09 s each; a warm image is goal 20 ms, the first call per bucket ~1-2 s).
+TEST_S = {"test-shapes": 45, "test-squeeze-b8": 30}
+
+
+def test_shapes(ctx: Context) -> None:
+    """bench/bench_test_shapes.py on Squeeze (CornerNet_Tiny at CPU sizes): what a new canvas
+    shape and the input's layout cost, each row into the log as it is measured."""
+    sizes = ["--tiny"] if ctx.tiny else ["--layouts", "nchw", "cl-input"]
+    output = ctx.steps.run("test shapes CornerNet_Squeeze",
+                           [ctx.py, "bench/bench_test_shapes.py", "--device", ctx.device,
+                            *sizes], timeout=240, need=ctx.t(TEST_S["test-shapes"], 15),
+                           measure=lambda out: "rows below")
+    for line in (output or "").splitlines():
+        if " call " in line or "network alone" in line:
+            ctx.steps.say(f"    {line}")
+
+
+def test_batched(name: str) -> Callable[[Context], None]:
+    """test.py of the trained snapshot at a batch of 8 on the buckets (the GPU's default),
+    32 images: its time line says the ms per image; at CPU sizes 2 images at a batch of 2."""
+    def run(ctx: Context) -> None:
+        scored = "" if ctx.backend != "none" else "not scored: no evaluator; "
+        ctx.steps.run(
+            f"test.py {name} --batch {2 if ctx.tiny else 8}",
+            [ctx.py, "test.py", name, "--testiter", 2 if ctx.tiny else 20, "--config-dir",
+             ctx.configs, "--images", 2 if ctx.tiny else 32, "--batch", 2 if ctx.tiny else 8,
+             "--device", ctx.device, "--no-resume", "--backend", ctx.backend],
+            timeout=240, need=ctx.t(TEST_S["test-squeeze-b8"], 30),
+            measure=lambda out: scored + next((line for line in out.splitlines()
+                                               if " images in " in line), ""))
+    return run
 
 
 def _groups() -> dict[str, Group]:
@@ -299,16 +331,18 @@ def _groups() -> dict[str, Group]:
                          "the traceback of a failure", STEP_S["compile"], 40,
                          bench_step("compile", STEP_S["compile"], 40, 420,
                                     "compile CornerNet_Squeeze step")),
-        # ---- the test-time groups of issue 43 go here, in this order (another change adds
-        # them): "test-shapes" (bench/bench_test_shapes.py: first and second call per canvas
-        # shape and input layout) and, after train-squeeze, "test-squeeze-b8" (test.py on
-        # CornerNet_Squeeze at a batch of 8).
+        "test-shapes": Group("Squeeze at test time: first and second call per canvas bucket, "
+                             "input NCHW against channels-last; the network at batch 8",
+                             TEST_S["test-shapes"], 15, test_shapes),
         "sync-check": Group("torch.cuda.set_sync_debug_mode over Squeeze's non-display steps: "
                             "the count of syncs", STEP_S["sync-check"], 30,
                             bench_step("sync", STEP_S["sync-check"], 30, 180,
                                        "sync check CornerNet_Squeeze step")),
         "train-squeeze": Group("train.py CornerNet_Squeeze, 20 iterations at the new defaults",
                                TRAIN_S["CornerNet_Squeeze"], 25, train("CornerNet_Squeeze")),
+        "test-squeeze-b8": Group("test.py CornerNet_Squeeze, 32 images at a batch of 8 on the "
+                                 "buckets: ms per image warm", TEST_S["test-squeeze-b8"], 30,
+                                 test_batched("CornerNet_Squeeze"), needs=("train-squeeze",)),
         "cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 23, 20, cuda_tests),
         "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
                               sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,

@@ -29,9 +29,12 @@ from bench._shared import ENV, coco128_dir, looked_in
 
 BUDGET = 100.0
 # What the rehearsal runs: the CUDA tests (all skipped on a CPU, but collected in the copy),
-# training, test.py without an evaluator, and one group that the budget must refuse (the
-# bench rows' parsing is tests/test_gpu_check.py's, on bench_train's own output).
-GROUPS = ("cuda-tests", "train-squeeze", "test-squeeze", "deterministic")
+# training, test.py at a batch without an evaluator, the test-time shapes and the sync check at
+# CPU sizes, and one group that the budget may refuse (the bench rows' parsing is
+# tests/test_gpu_check.py's, on bench_train's own output). The compile and profile groups are
+# left out: compiling the step takes minutes of CPU (tests/test_compiled.py checks the graph).
+GROUPS = ("cuda-tests", "train-squeeze", "test-squeeze-b8", "test-shapes", "sync-check",
+          "deterministic")
 BLOCKED = ("faster_coco_eval", "pycocotools", "xdist", "core", "cornernet")
 # pytest loads xdist by these entry points whatever the import path holds: blocked by name.
 NO_XDIST = "-p no:xdist -p no:xdist.looponfail"

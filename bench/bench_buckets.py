@@ -35,7 +35,6 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, run as a script
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from bench._shared import coco128_dir
 from core.config import SystemConfig
 from core.dbs import datasets

@@ -26,7 +26,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, run as a script
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import load_config
 from core.inference.cornernet import decode_kwargs, output_size
 from core.models.py_utils.decode import decode, dense_topk

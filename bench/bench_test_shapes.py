@@ -33,7 +33,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout, run as a script
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import load_config
 from core.deploy.network import InferenceNetwork
 from core.inference.buckets import GPU_BUCKETS

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import core.dbs  # noqa: F401 - the datasets declare their db keys to the config check
 from core.config import ConfigError, check_db_config
 from core.inference.buckets import GPU_BUCKETS, bucket_of, canvas_buckets, paste
 from core.inference.cornernet import (

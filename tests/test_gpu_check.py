@@ -83,11 +83,12 @@ def test_data_is_found_in_the_variable_then_beside_then_inside_the_checkout(tmp_
 
 def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
     assert select(["test-squeeze"], [], gpus=1) == ["train-squeeze", "test-squeeze"]
+    assert select(["test-squeeze-b8"], [], gpus=1) == ["train-squeeze", "test-squeeze-b8"]
     assert select(["bench-*"], ["bench-cornernet"], gpus=1) == [
         "bench-squeeze", "bench-squeeze-more", "bench-tiny", "bench-saccade"]
     everything = select([], [], gpus=1)
-    assert everything[:6] == ["profile", "compile", "sync-check", "train-squeeze", "cuda-tests",
-                              "test-squeeze"]
+    assert everything[:8] == ["profile", "compile", "test-shapes", "sync-check", "train-squeeze",
+                              "test-squeeze-b8", "cuda-tests", "test-squeeze"]
     assert "train-2gpu" not in everything and "train-2gpu" in select([], [], gpus=2)
     with pytest.raises(ValueError, match="no step group matches 'trian-\\*'"):
         select(["trian-*"], [], gpus=1)
@@ -302,7 +303,8 @@ def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_
 
 def test_the_plan_fits_8_minutes_with_the_machines_start_and_leads_with_the_step_groups():
     plan = in_plan(select([], [], gpus=1))
-    assert plan[:4] == ["profile", "compile", "sync-check", "train-squeeze"]
+    assert plan == ["profile", "compile", "test-shapes", "sync-check", "train-squeeze",
+                    "test-squeeze-b8"]  # the four goals: step, compile, test, syncs
     assert sum(GROUPS[key].gpu for key in plan) <= PLAN_S == 8 * 60 - 120
     assert "deploy-gpu" not in plan  # moved down: it does not fit
 
