@@ -112,6 +112,27 @@ def test_a_compile_that_fails_says_one_line_keeps_the_traceback_and_trains_eager
     assert len(said) == 1  # said once
 
 
+@pytest.mark.slow  # two CornerNet_Tiny steps
+def test_a_compiled_forward_that_fails_after_running_leaves_the_statistics_counted_once():
+    """A compiled call that ran its forward (BatchNorm's running statistics updated) and then
+    failed (as a backward can, when it compiles): the eager rerun starts from the statistics
+    as they were, so the step equals one eager step, buffers included."""
+    nnet, batch = tiny_factory(compile=True, log=lambda line: None)
+
+    def forward_then_fail(*args):
+        nnet.step_fn.eager(*args)
+        raise TypeError("list indices must be integers or slices, not NoneType")
+
+    nnet.step_fn.compiled = forward_then_fail
+    eager, _ = tiny_factory(compile=False)
+    nnet.train(batch)
+    eager.train(batch)
+    assert not nnet.step_fn.compiling
+    for (key, value), same in zip(nnet.model.state_dict().items(),
+                                  eager.model.state_dict().values()):
+        assert torch.equal(value, same), key
+
+
 def test_out_of_memory_is_never_taken_for_a_compile_failure():
     fn = StepFunction(torch.nn.Identity(), torch.nn.Identity(), None, True, None, print, None)
     assert not fn.fall_back(torch.OutOfMemoryError("CUDA out of memory"))

@@ -142,3 +142,40 @@ def test_a_non_finite_step_is_skipped_on_the_device_leaving_weights_optimizer_an
     for state, was in zip(nnet.optimizer.state.values(), moments):
         for key, value in state.items():
             assert torch.equal(value, was[key]), key  # the step counters included
+
+
+def test_a_skipped_first_step_of_fused_sgd_leaves_no_uninitialised_momentum_nor_average(
+        tmp_path, tiny_db):
+    """The GPU's step with SGD (fused, found_inf) built on the CPU: a first step skipped for a
+    non-finite loss, then a good one, trains exactly as that good step alone from the same
+    start (fused SGD's own buffers start as empty_like at its first step), and the skipped step
+    leaves the weight average as it was."""
+    path = StepPath(fused=True, static_targets=True)
+
+    def fresh(name):
+        base = tiny_factory(tmp_path / name, tiny_db, nonfinite_loss="skip", opt_algo="sgd",
+                            ema_decay=0.5)
+        torch.manual_seed(0)
+        nnet = NetworkFactory(base.system_config, tiny_db, device="cpu", path=path)
+        nnet.train_mode()
+        return nnet
+
+    batch = batch_of(tiny_db, 2)
+    clean, skipped = fresh("clean"), fresh("skipped")
+    weight = skipped.model.hg.pre[0].conv.weight
+    kept = weight[0, 0, 0, 0].item()
+    with torch.no_grad():
+        weight[0, 0, 0, 0] = float("nan")
+    average = {k: v.clone() for k, v in skipped.ema.state_dict().items()}
+    assert not torch.isfinite(skipped.train(batch)[0])
+    for key, value in skipped.ema.state_dict().items():
+        if value.is_floating_point():
+            assert torch.equal(value.nan_to_num(), average[key].nan_to_num()), key
+    with torch.no_grad():
+        weight[0, 0, 0, 0] = kept
+    clean.train(batch)
+    skipped.train(batch)
+    for (key, a), b in zip(clean.model.state_dict().items(), skipped.model.state_dict().values()):
+        assert torch.equal(a, b), key
+    for a, b in zip(clean.optimizer.state.values(), skipped.optimizer.state.values()):
+        assert torch.equal(a["momentum_buffer"], b["momentum_buffer"])

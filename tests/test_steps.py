@@ -69,6 +69,21 @@ def test_stop_policy_raises_at_the_next_read_naming_the_first_bad_iteration():
         "10); stopping.")
 
 
+def test_a_step_that_reads_at_once_stops_at_the_bad_step_itself():
+    """The CPU's step (no fused optimizer) reads each loss anyway: "stop" ends the run at the
+    bad iteration, as it always did there, not at the next display."""
+    nnet = Diverging(bad={7, 8})
+    nnet.reads_at_once = True
+    step = TrainStep(nnet, "stop", print)
+    for it in range(1, 7):
+        step(None, it)
+    with pytest.raises(NonFiniteLoss) as err:
+        step(None, 7)
+    assert err.value.iteration == 7 and err.value.read_at == 7 and nnet.calls == 7
+    assert err.value.explain().startswith(
+        "iteration 7: the loss is not finite (focal=nan, pull=0.5); stopping.")
+
+
 def test_a_read_with_nothing_new_reads_nothing():
     step = TrainStep(Diverging(bad=set()), "stop", print)
     step(None, 1)

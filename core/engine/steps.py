@@ -59,6 +59,10 @@ class TrainStep:
         overflow = getattr(self.nnet, "scaler_skipped", False)  # a device bool with fp16
         self._pending.append((iteration, loss, terms,
                               overflow if isinstance(overflow, torch.Tensor) else None))
+        if getattr(self.nnet, "reads_at_once", False):
+            # The CPU's step reads its loss anyway (nothing is queued to wait for): the policy
+            # acts at the bad step itself, as it always did there.
+            self.settle(iteration)
         return loss, terms
 
     def settle(self, iteration: int) -> bool:

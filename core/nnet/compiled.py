@@ -56,6 +56,7 @@ class StepFunction:
         self.mode = mode
         self.log, self.folder = log, folder
         self.failure: str | None = None  # the traceback of a compile that failed
+        self.proven: set[tuple] = set()  # input shapes whose compiled step ran through
         self.compiled: Callable | None = None
         if compile:
             try:  # torch.compile itself refuses some Pythons and platforms
@@ -99,13 +100,26 @@ class StepFunction:
 
 
 def run_guarded(fn: StepFunction, body: Callable[[StepFunction], Any],
-                undo: Callable[[], None]) -> Any:
+                undo: Callable[[], None], shape: tuple = (),
+                state: tuple[torch.Tensor, ...] = ()) -> Any:
     """`body(fn)`; where a compiled call fails inside it and `fn` falls back, `undo()` (the
-    gradients it left) and `body(fn)` again, eagerly."""
+    gradients it left) and `body(fn)` again, eagerly. The tensors of `state` (the BatchNorm
+    running statistics, which a compiled forward may have updated before its backward failed)
+    are put back first: they are copied before the first compiled call of each input `shape`,
+    the only calls that compile."""
+    fresh = fn.compiling and shape not in fn.proven
+    with torch.no_grad():
+        saved = [t.clone() for t in state] if fresh else []
     try:
-        return body(fn)
+        out = body(fn)
+        if fresh:
+            fn.proven.add(shape)
+        return out
     except Exception as err:  # any compiler failure; the others are raised again
         if not fn.fall_back(err):
             raise
+    with torch.no_grad():
+        for tensor, before in zip(state, saved):
+            tensor.copy_(before)
     undo()
     return body(fn)

@@ -76,9 +76,10 @@ class WeightAverage:
         return ((a, b.detach()) for a, b in zip(mine, theirs))
 
     @torch.no_grad()
-    def update(self, model: nn.Module) -> None:
+    def update(self, model: nn.Module, skip: torch.Tensor | None = None) -> None:
         """Average in the weights of `model` after an optimizer step: device work only, queued
-        without waiting for the device."""
+        without waiting for the device. `skip` (a bool on the device): where true, the float
+        weights are averaged with weight 0, i.e. left as they were (a step skipped there)."""
         self.steps += 1
         weight = 1.0 - self.decay_at(self.steps)
         floats: dict[tuple, tuple[list, list]] = defaultdict(lambda: ([], []))
@@ -89,7 +90,13 @@ class WeightAverage:
             group[0].append(averaged)
             group[1].append(current)
         for averaged, current in floats.values():
-            torch._foreach_lerp_(averaged, current, weight)
+            if skip is None:
+                torch._foreach_lerp_(averaged, current, weight)
+                continue
+            # The new average where the step was taken, the old one where it was skipped (a
+            # select, not a zero weight: the skipped step's weights may hold NaN).
+            for kept, new in zip(averaged, torch._foreach_lerp(averaged, current, weight)):
+                kept.copy_(torch.where(skip, kept, new))
         if integers[0]:
             torch._foreach_copy_(*integers)
         self.averaged.n_averaged += 1  # a CPU tensor: no device work

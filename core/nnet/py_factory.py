@@ -118,7 +118,16 @@ class NetworkFactory:
         else:
             self.optimizer = torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=decay,
                                              **fused)
+            if fused:
+                # Fused SGD makes its momentum buffers with `empty_like` at its first step; a
+                # first step skipped by `found_inf` would leave them uninitialised for the next.
+                # Zeros give the same first step (no dampening: 0.9 * 0 + g = g).
+                for p in params:
+                    self.optimizer.state[p]["momentum_buffer"] = torch.zeros_like(p)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.path.amp == "fp16")
+        # Whether each step's loss is read at once (steps.TrainStep): where the optimizer is not
+        # fused (the CPU), the step reads the host anyway; a fused one defers every read.
+        self.reads_at_once = not self.path.fused
         # fp16: whether the scaler skipped the last step (its gradients overflowed), a bool
         # on the device; False without a scaler.
         self.scaler_skipped: torch.Tensor | bool = False
@@ -206,7 +215,8 @@ class NetworkFactory:
             self.scaler.scale(loss * weight).backward()
 
         losses = run_guarded(self.step_fn, lambda fn: self._losses(fn, batch, chunks, backward),
-                             lambda: self.optimizer.zero_grad(set_to_none=True))
+                             lambda: self.optimizer.zero_grad(set_to_none=True),
+                             tuple(batch["image"].shape), tuple(self.model.buffers()))
         if self._merge is not None:
             self._merge.finish()
         loss, terms = self._global_mean(losses)
@@ -216,18 +226,26 @@ class NetworkFactory:
                 for now, before in zip(self.model.buffers(), buffers):
                     now.copy_(torch.where(bad, before, now))
         self.grad_norm = self._clip_gradients()
-        self._optimizer_step(bad)
-        if self.ema is not None:  # a skipped step averages in the unchanged weights
-            self.ema.update(self.model)
+        # The CPU's optimizer skips by reading `bad` once (nothing is queued to wait for); a
+        # fused one skips on the device.
+        host_bad = None if self.path.fused else bool(bad)
+        self._optimizer_step(bad, host_bad)
+        if self.ema is not None:
+            # A skipped step leaves the average as it was; on the device its weight is zeroed
+            # there (the warm-up count still advances).
+            if host_bad is None:
+                self.ema.update(self.model, skip=bad)
+            elif not host_bad:
+                self.ema.update(self.model)
         return loss, terms
 
-    def _optimizer_step(self, bad: torch.Tensor) -> None:
+    def _optimizer_step(self, bad: torch.Tensor, host_bad: bool | None) -> None:
         """The optimizer's step unless `bad` (a bool on the device), and the scaler's update.
 
         A fused optimizer takes `found_inf` and skips on the device; with fp16 the scaler
         hands it its own (a non-finite loss has non-finite gradients), and `scaler_skipped`
         says whether the scaler lowered its scale for another reason. Elsewhere (the CPU's
-        optimizer) the step is skipped by reading `bad`: the CPU has nothing queued to wait for.
+        optimizer) the step is skipped where `host_bad`, `bad` as read on the host.
         """
         if self.scaler.is_enabled():
             before = self.scaler._scale.clone() if self.scaler._scale is not None else None
@@ -236,10 +254,10 @@ class NetworkFactory:
             if before is not None:
                 self.scaler_skipped = (self.scaler._scale < before) & ~bad
             return
-        if self.path.fused:
+        if host_bad is None:
             self.optimizer.found_inf = bad.float()
             self.optimizer.step()
-        elif not bool(bad):
+        elif not host_bad:
             self.optimizer.step()
 
     def _clip_gradients(self) -> torch.Tensor:
