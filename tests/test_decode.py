@@ -300,3 +300,15 @@ def test_the_nonzero_version_would_have_been_counted():
     with counting_host_reads() as counted:
         _ordered_topk_by_nonzero(values, 10)
     assert counted.reads == {"nonzero": 1}
+
+
+def test_ordered_topk_of_a_row_with_nan_stays_within_the_row():
+    """A NaN (a diverged network's heatmap) chooses fewer than K entries: the indices stay
+    within the row instead of indexing past it (a device-side assert on a GPU)."""
+    from core.models.py_utils.decode import ordered_topk
+
+    values = torch.tensor([[0.9, float("nan"), 0.5, 0.7]])
+    picked, inds = ordered_topk(values, 4)
+    assert inds.min() >= 0 and inds.max() <= 3
+    assert set(inds[0].tolist()) == {0, 2, 3}  # every finite entry, the gap filled in-row
+    assert picked[0, 0] == pytest.approx(0.9) and picked[0, -1] == pytest.approx(0.5)

@@ -110,7 +110,10 @@ def ordered_topk(values: Tensor, K: int) -> tuple[Tensor, Tensor]:
     # largest key, and take the K largest keys.
     count = values.shape[1]
     from_end = torch.arange(count, 0, -1, device=values.device)
-    inds = count - torch.where(chosen, from_end, 0).topk(K, dim=1).values
+    # A NaN in a row chooses fewer than K (it is neither above nor equal to anything): the
+    # missing keys are 0, clamped to the last entry rather than indexing past the row (on a
+    # GPU a device-side assert that ends the process).
+    inds = (count - torch.where(chosen, from_end, 0).topk(K, dim=1).values).clamp_max(count - 1)
     picked = values.gather(1, inds)
     picked, order = picked.sort(dim=1, descending=True, stable=True)
     return picked, inds.gather(1, order)
