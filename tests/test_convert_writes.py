@@ -354,3 +354,27 @@ def test_what_a_strict_run_keeps_and_says_loads_again_from_the_cache(tmp_path):
         assert [line.split(":")[0] for line in said] == [
             "images read under another extension than their xml's filename",
             "boxes clipped to the image (they extended outside it)"]
+
+
+def test_a_split_killed_while_swapped_over_is_put_back_before_the_exist_check(shapes, tmp_path,
+                                                                              capsys):
+    """`kill -9` while a second conversion into split 'train' swapped its split over the
+    first: the earlier split is put back first, so a third conversion into it without
+    --exist-ok is refused as for any earlier split, and replaces nothing."""
+    out, other = tmp_path / "yolo", tmp_path / "other"
+    assert _coco2yolo(shapes, "val", out) == 0
+    assert _coco2yolo(shapes, "train", other) == 0
+    staging = out / ".train.999999999-1.tmp"  # a writer that is dead: no such pid
+    staging.mkdir()
+    os.replace(out / "images" / "train", staging / "earlier-images")
+    os.replace(other / "images" / "train", staging / "images")
+    os.replace(other / "labels" / "train", staging / "labels")
+    capsys.readouterr()
+    assert _coco2yolo(shapes, "train", out) == 2
+    said = capsys.readouterr()
+    assert said.out.splitlines()[0] == (f"restored {out / 'images' / 'train'} from {staging}, "
+                                        f"left by a conversion killed while it replaced split "
+                                        f"'train'")
+    assert "holds split 'train' of an earlier conversion" in said.err
+    assert _read_back(out / "data.yaml") == _expected(shapes, "val")
+    assert not staging.exists()

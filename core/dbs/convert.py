@@ -171,6 +171,8 @@ def coco_to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: b
     check_split_name(split)
     split_dirs = [out / "images" / split, out / "labels" / split]
     check_not_input([*split_dirs, out / "data.yaml"], [annotations, images])
+    if out.is_dir():  # a killed conversion's split is put back (or finished) before the checks
+        _recover(out, log)
     check_absent(split_dirs, exist_ok, f"holds split '{split}' of an earlier conversion")
     parsed = parse_instances(annotations.read_bytes(), annotations)
     _check_images(annotations, images, parsed["file_names"])
@@ -184,7 +186,6 @@ def coco_to_yolo(annotations: Path, images: Path, out: Path, split: str, copy: b
                  for image in json.load(file)["images"]}
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    _recover(out, log)
     staging = temp_path(out / split)
     try:
         starts = [0, *parsed["box_counts"].cumsum().tolist()]
@@ -231,11 +232,11 @@ def _put(path: Path, make: Callable[[Path], object]) -> None:
 @contextlib.contextmanager
 def _stops_held() -> Iterator[None]:
     """The stop signals wait while a split is swapped in: a stop then comes after it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    finally:  # the caller's mask as it was (signals it had blocked stay blocked)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 def _recover(out: Path, log: Log) -> None:
