@@ -202,3 +202,32 @@ def test_the_api_takes_weights_beside_data(tmp_path, capsys):
     assert [p.name for p in done.snapshots] == ["tuned_2.pkl"]
     assert "re-initialised 4 tensors (class count 4 -> 2)" in said
     assert "loaded 266 of the model's 270 tensors" in said
+
+
+@pytest.mark.slow
+def test_set_wins_over_the_fine_tuning_defaults_with_data_and_is_applied_once(tmp_path,
+                                                                               capsys):
+    """`--data` with `--weights`: the user's --set learning rate is the run's, recorded as it
+    is, and resuming the run by name with the same --weights lowers nothing again."""
+    import json
+
+    from cornernet.commands import train as command
+
+    _, path = _four_class_snapshot(tmp_path)
+    data = _two_class_yolo(tmp_path / "yolo")
+    common = ["--workers", "1", "--weights", str(path), "--set",
+              f"system.cache_dir={tmp_path / 'cache'}", f"system.result_dir={tmp_path / 'res'}",
+              "system.eval_iter=0", "system.val_iter=0", "system.batch_size=2",
+              "system.batch_pictures=false", "system.display=1"]
+    first = command.parse_args(["CornerNet_Tiny", "--data", str(data), "--name", "tuned",
+                                "--no-fit", *common, "system.max_iter=2",
+                                "system.learning_rate=0.005"])
+    assert command.run(first) == 0
+    record = tmp_path / "cache" / "nnet" / "tuned" / "config.json"
+    system = json.loads(record.read_text())["system"]
+    assert system["learning_rate"] == 0.005 and system["pretrain"] == str(path.resolve())
+    assert f"fine-tuning from {path.resolve()}: learning rate 0.005," in capsys.readouterr().out
+    again = command.parse_args(["tuned", "--config-dir", str(tmp_path / "cache" / "nnet"),
+                                "--iter", "2", *common, "system.max_iter=3"])
+    assert command.run(again) == 0
+    assert json.loads(record.read_text())["system"]["learning_rate"] == 0.005

@@ -461,6 +461,13 @@ def apply_overrides(system: SystemConfig, db: dict, overrides: list[str] | None,
             check_db_config({**db, **changes["db"]}, where))
 
 
+def _fine_tuned(content: dict, weights: str | Path) -> bool:
+    """Whether a run's recorded config starts from `weights` already, with its fine-tuning
+    settings applied when it was written (a `--data` run, a run resumed by name): applied
+    again, the learning rate would fall tenfold each time."""
+    return content.get("system", {}).get("pretrain") == str(Path(weights).expanduser().resolve())
+
+
 def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
                 root_dir: Path | None = None,
                 overrides: list[str] | None = None,
@@ -497,7 +504,7 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
         _merged(content.get("system", {}), changes["system"]), where)
     if system.snapshot_name is None:
         system = system.replace(snapshot_name=name)
-    if weights is not None:
+    if weights is not None and not _fine_tuned(content, weights):
         system = system.update_config(fine_tune_changes(
             weights, system.learning_rate, system.warmup_iters, system.max_iter,
             changes["system"]), f"{where} with --weights")

@@ -36,6 +36,7 @@ from ..config import (
     overrides_of,
 )
 from ..config.db_keys import declared_keys, owners
+from ..config.fine_tune import fine_tune_changes
 from ..dbs import datasets
 from ..dbs.holdout import hold_out
 from ..dbs.recognise import recognise
@@ -121,9 +122,12 @@ def use_data(system: SystemConfig, db: dict, data: Path, work: Path, log: Log = 
 def data_config(config: str, data: Path, name: str | None = None,
                 overrides: list[str] | None = None, fit: bool = True,
                 config_dir: Path | None = CONFIG_DIR, log: Log = print,
-                write: bool = True) -> tuple[SystemConfig, dict, dict]:
+                write: bool = True,
+                weights: str | Path | None = None) -> tuple[SystemConfig, dict, dict]:
     """(system config, db config, data record) of `config` trained on the export at `data`, as
-    the module docstring says; written into the run folder unless `write` is false."""
+    the module docstring says; written into the run folder unless `write` is false. `weights`
+    (--weights FILE): the fine-tuning settings go into the record, where the user's --set does
+    not name them (the record's `pretrain` then tells load_config they are applied)."""
     name = name or run_name(config, data)
     if "snapshot_name" in overrides_of(overrides)["system"]:
         raise ConfigError("--set system.snapshot_name with --data: the run's name is --name")
@@ -157,6 +161,10 @@ def data_config(config: str, data: Path, name: str | None = None,
         log(f"fit: none (--no-fit): the config's db.input_size {_show(db['input_size'])}, crop "
             f"scales {_show(db['rand_scales'])}, db.test_scales {_show(db['test_scales'])}")
     system, db = apply_overrides(system, db, overrides, f"{config} on --data {record['data']}")
+    if weights is not None:
+        system = system.update_config(fine_tune_changes(
+            weights, system.learning_rate, system.warmup_iters, system.max_iter,
+            overrides_of(overrides)["system"]), f"{config} on --data with --weights")
     if write:
         run_dir.mkdir(parents=True, exist_ok=True)
         for file, content in (("config.json", {"system": _plain(dict(system.full)),

@@ -113,7 +113,8 @@ def data_run(options: Options, log: Callable[[str], None]) -> tuple[Options, Sys
 
     system_config, _, _ = data_config(options.cfg_file, options.data, options.name,
                                       list(options.overrides or []), fit=not options.no_fit,
-                                      config_dir=options.config_dir, log=log, write=True)
+                                      config_dir=options.config_dir, log=log, write=True,
+                                      weights=options.weights)
     return dataclasses.replace(options, cfg_file=system_config.snapshot_name,
                                config_dir=system_config.snapshot_dir.parent, overrides=None,
                                data=None, name=None, no_fit=False), system_config
