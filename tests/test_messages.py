@@ -100,7 +100,8 @@ def _unnamed(count: int, example: Path) -> str:
 
 
 def test_images_that_no_xml_names_are_counted(tmp_path):
-    from test_data_layouts import _OBJECTS, _devkit, _image, _xml
+    from _exports import labelimg_xml as _xml
+    from test_data_layouts import _OBJECTS, _devkit, _image
 
     from core.dbs.converted import Problems
     from core.dbs.voc import read_split

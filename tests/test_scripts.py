@@ -76,14 +76,42 @@ def test_plot_metrics_draws_a_metrics_file(tmp_path):
     assert (tmp_path / "metrics.png").stat().st_size > 0
 
 
+def test_bench_buckets_runs_to_its_figures(tmp_path, coco128):
+    """bench_buckets on a fresh CornerNet_Tiny's snapshot (4 Shapes classes, random weights)
+    and a Shapes set of 4 + 2 images: its three comparisons' lines."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from core.config import load_config
+    from core.nnet.py_factory import NetworkFactory
+
+    system, db = load_config("CornerNet_Tiny", overrides=[
+        f"system.cache_dir={tmp_path / 'cache'}", f"system.data_dir={tmp_path / 'data'}",
+        "db.num_train_images=4", "db.num_val_images=2"])
+    torch.manual_seed(0)
+    snapshot = NetworkFactory(system, SimpleNamespace(configs=db), device="cpu").save_params(1)
+    done = run_script(ROOT / "bench" / "bench_buckets.py", "--snapshot", snapshot,
+                      "--data-dir", tmp_path / "data", "--images", "2",
+                      "--coco128", coco128)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    for says in ("GPU buckets", "every canvas moved", "coco128 val, GPU buckets"):
+        assert says in done.stdout, done.stdout[-2000:]
+
+
 # Scripts whose own tests run them as processes: tests/test_analyze_model.py,
 # tests/test_analyze_results.py, tests/test_gpu_check.py (which needs no GPU to start it) and
 # tests/test_slurm.py (submit.py, on the real SLURM the tests start), tests/test_onnx_export.py;
 # and the tools whose tests run their `main` in-process: tests/test_check_data.py (check_data),
-# tests/test_yolo_voc.py (convert), tests/test_deploy.py (benchmark).
+# tests/test_yolo_voc.py (convert), tests/test_deploy.py (benchmark); bench_buckets above;
+# bench_syncs and bench_decode_syncs (their `main` in tests/test_bench_syncs.py and
+# tests/test_bench_decode_syncs.py), bench_test_shapes (tests/test_bench_test_shapes.py) and
+# bench_step (gpu_check's rehearsal runs its sync group, tests/test_gpu_check.py).
 RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py", "bench/gpu_check.py",
                  "tools/submit.py", "tools/export.py", "tools/check_data.py", "tools/convert.py",
-                 "tools/benchmark.py"}
+                 "tools/benchmark.py", "bench/bench_buckets.py", "bench/bench_syncs.py",
+                 "bench/bench_decode_syncs.py", "bench/bench_step.py",
+                 "bench/bench_test_shapes.py"}
 
 
 def test_every_script_of_bench_and_tools_is_covered():

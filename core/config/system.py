@@ -485,6 +485,8 @@ def load_config(name: str, config_dir: Path | None = CONFIG_DIR,
         path = config_path(name, config_dir)
     except ConfigError as err:
         path = run_record(name, config_dir)
+        if path is None and not NAME.match(name):  # no run has such a name: what a name is
+            raise
         if path is None:
             places = " or ".join(map(str, run_folders(name, config_dir)))
             raise ConfigError(f"{err}; nor is it a run trained with --data (no config.json in "
