@@ -194,12 +194,11 @@ def test_a_killed_conversions_folder_is_removed_by_the_next_and_said(shapes, tmp
     assert _read_back(out / "data.yaml") == _expected(shapes, "val")
 
 
-@pytest.mark.parametrize("moved", ["earlier images aside", "new images in"])
-def test_a_conversion_killed_while_it_swaps_a_split_in_is_undone_or_finished(
-        shapes, tmp_path, moved, capsys):
-    """`kill -9` between the renames of `_swap_in`, made by hand: val's split is in place, and
-    train's was being swapped in. The next conversion into the folder puts val's back (when
-    none of train's took its place yet) or finishes train's: one conversion's, never a mix."""
+def _killed_mid_swap(shapes: Path, tmp_path: Path, new_images_in: bool) -> Path:
+    """tmp_path/yolo as `kill -9` between the renames of `_swap_in` leaves it: val's
+    conversion into split 'train' is in place, and train's was being swapped over it (its
+    images already in, or still in the staging folder, by `new_images_in`). Returns the
+    staging folder, whose writer is dead."""
     out, other = tmp_path / "yolo", tmp_path / "other"
     assert _coco2yolo(shapes, "val", out) == 0
     assert _coco2yolo(shapes, "train", other) == 0
@@ -207,11 +206,22 @@ def test_a_conversion_killed_while_it_swaps_a_split_in_is_undone_or_finished(
     staging.mkdir()
     os.replace(out / "images" / "train", staging / "earlier-images")
     os.replace(other / "labels" / "train", staging / "labels")
-    if moved == "new images in":
+    if new_images_in:
         os.replace(out / "labels" / "train", staging / "earlier-labels")
         os.replace(other / "images" / "train", out / "images" / "train")
     else:
         os.replace(other / "images" / "train", staging / "images")
+    return staging
+
+
+@pytest.mark.parametrize("moved", ["earlier images aside", "new images in"])
+def test_a_conversion_killed_while_it_swaps_a_split_in_is_undone_or_finished(
+        shapes, tmp_path, moved, capsys):
+    """`kill -9` between the renames of `_swap_in`, made by hand: val's split is in place, and
+    train's was being swapped in. The next conversion into the folder puts val's back (when
+    none of train's took its place yet) or finishes train's: one conversion's, never a mix."""
+    out = tmp_path / "yolo"
+    staging = _killed_mid_swap(shapes, tmp_path, moved == "new images in")
     capsys.readouterr()
     assert cornernet(["convert", "coco2yolo", str(shapes / "annotations" / "instances_val.json"),
                       str(shapes / "images" / "val"), str(out), "--split", "val"]) == 0
@@ -361,14 +371,8 @@ def test_a_split_killed_while_swapped_over_is_put_back_before_the_exist_check(sh
     """`kill -9` while a second conversion into split 'train' swapped its split over the
     first: the earlier split is put back first, so a third conversion into it without
     --exist-ok is refused as for any earlier split, and replaces nothing."""
-    out, other = tmp_path / "yolo", tmp_path / "other"
-    assert _coco2yolo(shapes, "val", out) == 0
-    assert _coco2yolo(shapes, "train", other) == 0
-    staging = out / ".train.999999999-1.tmp"  # a writer that is dead: no such pid
-    staging.mkdir()
-    os.replace(out / "images" / "train", staging / "earlier-images")
-    os.replace(other / "images" / "train", staging / "images")
-    os.replace(other / "labels" / "train", staging / "labels")
+    out = tmp_path / "yolo"
+    staging = _killed_mid_swap(shapes, tmp_path, new_images_in=False)
     capsys.readouterr()
     assert _coco2yolo(shapes, "train", out) == 2
     said = capsys.readouterr()
