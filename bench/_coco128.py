@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import _checkout  # noqa: F401 - the checkout's root on sys.path, before core
 

@@ -18,8 +18,9 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds kept back from the budget: a killed step's grace period, then the table.

@@ -23,9 +23,9 @@ import argparse
 import dataclasses
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Callable
 
 import torch
 

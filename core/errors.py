@@ -2,7 +2,7 @@
 lookups with a hint.
 
 Every error class of core/ derives from one of two kinds, and its kind alone decides how it ends
-a script (`core.engine.cli`, which therefore imports no error class from above this floor):
+a script (`core.engine.exits`, which therefore imports no error class from above this floor):
 
 - `UserMistake`: fixed by changing a file, a setting or the command line; exit 2, one line;
 - `RunFailure`: a failure at run time (a full disk mid-run, a diverging loss, a dead worker or

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import core
-from core.engine.cli import describe
+from core.engine.exits import describe
 from core.errors import RunFailure, Stopped, UserMistake
 from core.utils.files import StorageError
 from tests._train_helpers import REPO
@@ -62,7 +62,7 @@ def _imported_after(code: str) -> list[str]:
 
 
 def test_importing_the_exit_table_imports_no_torch():
-    assert _imported_after("import core.engine.cli") == []
+    assert _imported_after("import core.engine.exits") == []
 
 
 def test_plotting_a_metrics_file_imports_no_torch(tmp_path):

@@ -36,24 +36,56 @@ def _value(text: str) -> Any:
         return text
 
 
-def parse_overrides(items: list[str] | None, schemas: dict[str, dict]) -> dict[str, dict]:
-    """{"system": {...}, "db": {...}} of `items` ("KEY=VALUE"); keys must be in `schemas`
-    ({section: {key: ...}}), which is how a typo is found before anything runs."""
-    if isinstance(items, str) or not all(isinstance(item, str) for item in items or []):
+def setting(text: str) -> tuple[str, Any]:
+    """One --set item, "KEY=VALUE", as the (key, value) pair the options hold: the value read as
+    JSON, else the text itself (`system.opt_algo=sgd`)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set {text}: expected KEY=VALUE, e.g. system.max_iter=2")
+    return key, _value(value)
+
+
+def _pair(item: object) -> tuple[str, Any]:
+    """An override as (key, value): a "KEY=VALUE" text (--set) or a (key, value) pair (the
+    options' form, the API's keywords); a key may name its section with "." or "__"."""
+    if isinstance(item, str):
+        try:
+            return setting(item)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    if (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)
+            and item[0]):
+        return item[0].replace("__", "."), item[1]
+    raise UsageError(f"override {item!r}: expected 'KEY=VALUE' or a (key, value) pair, e.g. "
+                     f"('db.test_scales', [0.5])")
+
+
+def shown(key: str, value: Any) -> str:
+    """An override as --set writes it (messages name the setting the user gave)."""
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def parse_overrides(items: Any, schemas: dict[str, dict]) -> dict[str, dict]:
+    """{"system": {...}, "db": {...}} of `items` ("KEY=VALUE" texts or (key, value) pairs, or a
+    {key: value} mapping); keys must be in `schemas` ({section: {key: ...}}), which is how a
+    typo is found before anything runs."""
+    if isinstance(items, dict):
+        items = list(items.items())
+    if isinstance(items, str) or not isinstance(items, (list, tuple, type(None))):
         raise UsageError(f"overrides {items!r}: expected a list of 'KEY=VALUE' texts, as "
-                          "--set takes them, e.g. ['db.test_scales=[0.5]']")
+                          "--set takes them, e.g. ['db.test_scales=[0.5]'], or of (key, value) "
+                          "pairs")
     found: dict[str, dict] = {section: {} for section in SECTIONS}
     valid = [f"{section}.{key}" for section in SECTIONS for key in schemas[section]]
-    for item in items or []:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--set {item}: expected KEY=VALUE, e.g. system.max_iter=2")
+    for raw in items or []:
+        key, value = _pair(raw)
+        item = shown(key, value)
         section, dot, name = key.partition(".")
         if not dot:  # a bare key: the section that has it
             section, name = next(((s, key) for s in SECTIONS if key in schemas[s]), ("", key))
         if section not in SECTIONS or name not in schemas[section]:
             raise ConfigError(f"--set {item}: unknown key {key}; {closest(key, valid)}")
-        found[section][name] = _value(text)
+        found[section][name] = value
     return found
 
 
@@ -78,5 +110,4 @@ def snapshot_arg(text: str) -> int | str:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an iteration number or 'best', got "
-                                         f"{text!r}") from None
+        raise ValueError(f"expected an iteration number or 'best', got {text!r}") from None

@@ -18,7 +18,6 @@ Every failure is a ConfigError with one line naming the key, the value and what 
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from typing import Any
@@ -261,11 +260,11 @@ def check_decode_settings(configs: dict, where: str = "db config") -> None:
 
 
 def unit_interval(text: str) -> float:
-    """An argparse type for scores and IoU thresholds: a number in [0, 1] (never NaN)."""
+    """A command-line value for scores and IoU thresholds: a number in [0, 1] (never NaN)."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not 0 <= value <= 1:  # NaN fails too
-        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+        raise ValueError(f"expected a number from 0 to 1, got {text!r}")
     return value

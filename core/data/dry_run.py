@@ -20,8 +20,9 @@ and the prefetcher sums them per batch, so only delivered batches are counted.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch

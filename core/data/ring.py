@@ -11,7 +11,8 @@ before any worker is forked).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..sample import image_bytes
 from .chunks import Deal

@@ -1,2 +1,2 @@
 """The training loop's parts: schedule, steps, stop, metrics, snapshots, evaluation, and
-building, checking, launching and ending a run (build, preflight, launch, cli)."""
+building, checking, launching and ending a run (build, preflight, launch, exits)."""

@@ -4,7 +4,7 @@
 the run before any process starts (`preflight`), then runs `train` in this process, under
 torchrun, or in `--procs-per-node` spawned processes. `run_rank` is one process: it joins the
 process group, watches its peers, trains and turns a failure into one report
-(`core.engine.cli`).
+(`core.engine.exits`).
 
 `spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
 processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
@@ -33,8 +33,9 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tqdm import tqdm
 
@@ -49,7 +50,7 @@ from ..utils.peers import broken_collective
 from ..utils.procs import process_identity
 from . import cluster, preempt, stop
 from .agree import check_same_config
-from .cli import USER_MISTAKES, describe, report, with_trace
+from .exits import USER_MISTAKES, describe, report, with_trace
 from .preflight import check_args, preflight, tidy_temp
 from .stop import RESUME_STATUS
 

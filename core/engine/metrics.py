@@ -14,8 +14,9 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from tqdm import tqdm
 

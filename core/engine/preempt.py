@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .stop import RESUME_STATUS
 

@@ -7,8 +7,9 @@ Snapshots are `cache/nnet/<Cfg>/<Cfg>_<iter>.pkl`; the best one by validation AP
 from __future__ import annotations
 
 import glob
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 

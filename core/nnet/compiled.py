@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

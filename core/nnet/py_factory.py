@@ -8,8 +8,9 @@ What a step needs beyond that lives beside it: the chunks of a batch and the DDP
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn

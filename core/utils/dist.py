@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist

@@ -2,7 +2,7 @@
 
 Every `CORNERNET_*` variable the code reads is declared in `VARIABLES` with its kind, default
 and meaning; `setting(name)` is how the code reads one, and `check_environment()` reads them all
-at start (every command, through `core.engine.cli.run_cli`, and train.py's launcher again
+at start (every command, through `core.engine.exits.run_cli`, and train.py's launcher again
 before any process or thread), so a value that cannot be right (`CORNERNET_HEARTBEAT_S=abc`,
 `-1`, `nan`) is one line naming the variable before anything runs, never a traceback in a watch
 thread or a false "rank 0 stopped answering" later. An unknown `CORNERNET_*` name close to a

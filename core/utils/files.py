@@ -19,8 +19,9 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from ..errors import RunFailure, UserMistake
 from .procs import is_alive, process_identity

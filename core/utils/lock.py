@@ -12,8 +12,8 @@ import contextlib
 import json
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from ..errors import ConfigError
 from .procs import is_alive, process_identity

@@ -24,8 +24,8 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 from urllib.parse import urlparse
 
 import torch.distributed as dist

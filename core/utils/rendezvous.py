@@ -14,8 +14,8 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Callable
 
 import torch.distributed as dist
 

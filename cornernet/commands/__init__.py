@@ -3,7 +3,7 @@
 - `parse_args(argv, prog)`: the command line (argparse), cheap: no torch is imported for it;
 - `run(options, log) -> value`: the work, returning what it produced (metrics, files, rows),
   leaving the process as it found it (`core.engine.process.keeps_process`);
-- `main(argv, prog) -> int`: the exit status through the one table (core/engine/cli.py).
+- `main(argv, prog) -> int`: the exit status through the one table (core/engine/exits.py).
 
 train.py, test.py, demo.py and tools/*.py at the checkout's root call `main`; `cornernet` (cli.py)
 dispatches by COMMANDS; the API (cornernet/api.py) calls `run`.

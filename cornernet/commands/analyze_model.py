@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.config import CONFIG_DIR, SystemConfig, load_config
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 
 if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no torch
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)))
 
 

@@ -35,7 +35,7 @@ from core.config import (
     snapshot_arg,
 )
 from core.config.rules import unit_interval
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)))
 
 

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, ConfigError, load_config, lookup, snapshot_arg
 from core.deploy.defaults import DEFAULT_IMAGES, KEEP_FLOAT
 from core.deploy.runtimes import DEFAULT, RUNTIMES, open_network, runtime
-from core.engine.cli import describe, exit_status
+from core.engine.exits import describe, exit_status
 from core.engine.process import keeps_process
 from core.inference.coco_eval import score
 from core.utils.threads import set_torch_threads, usable_cpus

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import CONFIG_DIR, add_set_arg, load_config, lookup
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 
 from .train import add_data_args
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)))
 
 

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: (
         "an output takes its name only when whole: nothing half-written is left"))
 

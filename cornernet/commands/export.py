@@ -33,7 +33,7 @@ from core.config import (
     snapshot_or_file_arg,
 )
 from core.deploy.defaults import DEFAULT_MAX_MAP
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
@@ -257,7 +257,7 @@ def _outputs(found: object, with_att: bool) -> list[np.ndarray]:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)))
 
 

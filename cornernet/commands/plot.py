@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from core.config import load_config
-from core.engine.cli import exit_status
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
+from core.engine.exits import exit_status
 from core.engine.metrics import read_lines
 from core.engine.process import keeps_process
 from core.errors import UsageError
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)), argv=argv)
 
 

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
 from core.deploy.runtimes import add_runtime_args
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.engine.stop import StopRequest
 from core.errors import Stopped, UsageError
@@ -170,7 +170,7 @@ ON_STOP = "the outputs so far are closed and complete"
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, config_path
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
@@ -187,7 +187,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)))
 
 

@@ -30,7 +30,7 @@ from core.config import (
 )
 from core.config.rules import unit_interval
 from core.deploy.runtimes import add_runtime_args, open_network, runtime
-from core.engine.cli import exit_status
+from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.inference.coco_eval import BACKENDS, require_backend, score
@@ -302,7 +302,7 @@ ON_STOP = "the detections made so far are kept; run the same command again to co
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
-    """The command: exit status of the one table (core/engine/cli.py)."""
+    """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP)
 
 

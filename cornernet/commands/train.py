@@ -130,7 +130,7 @@ def run(options: argparse.Namespace, log: Callable[[str], None] = print,
     `outcome` receives what a run in this process produced (core/engine/loop.py `train`); ranks
     in processes of their own fill their own copies, so it stays empty for them. With --data
     it holds the run's config as "run_config" (its record may lie outside the name's search)."""
-    from core.engine.cli import USER_MISTAKES, report
+    from core.engine.exits import USER_MISTAKES, report
     from core.engine.launch import Options, launch
     from core.engine.loop import train
 

@@ -6,7 +6,8 @@ All tensors are NCHW float32 unless autocast says otherwise.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -1,4 +1,4 @@
-"""core.engine.cli: one table from an error to its exit status and message, the same in every
+"""core.engine.exits: one table from an error to its exit status and message, the same in every
 script and under every launcher; CORNERNET_DEBUG adds the traceback only when true.
 
 The scripts run in the test process (`inproc`); train.py under the spawn launcher is a real
@@ -12,7 +12,7 @@ import pytest
 
 from core.data.prefetch import WorkerError
 from core.dbs import DatasetError
-from core.engine.cli import debug_on, describe
+from core.engine.exits import debug_on, describe
 from core.errors import ConfigError, UsageError
 from core.inference.coco_eval import MissingEvaluator
 from core.nnet.checkpoint import SnapshotMissing

@@ -2,7 +2,7 @@
 
 train.py, test.py, demo.py and tools/ all report through here, so the same mistake ends the same
 way everywhere. The table decides by the error's kind (`core.errors`): it imports no error class
-from above the ground floor, and `import core.engine.cli` (with its torch-free sibling `stop`)
+from above the ground floor, and `import core.engine.exits` (with its torch-free sibling `stop`)
 costs no torch:
 
 - 2, one line: a user's mistake (`UserMistake`: config, data, a missing file, storage set-up),

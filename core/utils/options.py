@@ -1,0 +1,92 @@
+"""Options declared once: a frozen dataclass whose fields say how the command line writes them.
+
+A command's options are a value. Each field is declared with `option(...)`: its default, and the
+flag, help and text-to-value function its command line uses. The command line's parser is built
+from those fields (cornernet/options.py), and the API builds the same value with keywords, so
+a default is written in one place and no argv or JSON string stands between the API and the work:
+
+    @dataclass(frozen=True, kw_only=True)
+    class TestOptions(ConfigOptions):
+        images: int | None = option(None, "--images", parse=int, help="the first N images")
+
+A `parse` function takes the command line's text and returns the value, raising ValueError with
+a message for the user on bad text (the parser shows that message as argparse's usage error).
+Checks that involve the whole value (at least 1, two options that exclude each other) belong in
+the dataclass's `__post_init__`, raising `core.errors.UsageError`, so that the API's keywords
+are held to them too. Nothing here imports argparse: core names no command-line type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MISSING = dataclasses.MISSING
+
+
+@dataclasses.dataclass(frozen=True)
+class Cli:
+    """How the command line writes one field.
+
+    Attributes:
+        flags: the option strings ("--workers"); empty for a positional argument.
+        help: the help text (may hold argparse's %(default)s).
+        parse: text -> value (raises ValueError on bad text); None: the text itself.
+        choices: the accepted values, when a fixed few.
+        metavar: the placeholder shown in usage.
+        nargs: argparse's nargs ("+", "*", "?", or a count); a list becomes a tuple.
+        negatable: a bool option that also takes --no-<flag> (argparse's BooleanOptionalAction).
+        const: with nargs "?", the value of the flag given without one.
+        hidden: kept out of --help (an internal or deprecated spelling).
+    """
+
+    flags: tuple[str, ...] = ()
+    help: str | None = None
+    parse: Callable[[str], Any] | None = None
+    choices: Sequence[Any] | None = None
+    metavar: str | None = None
+    nargs: int | str | None = None
+    negatable: bool = False
+    const: Any = None
+    hidden: bool = False
+
+
+def option(default: Any = MISSING, *flags: str, help: str | None = None,
+           parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
+           metavar: str | None = None, nargs: int | str | None = None, negatable: bool = False,
+           const: Any = None, hidden: bool = False, factory: Callable[[], Any] | None = None
+           ) -> Any:
+    """A dataclass field with its command-line form. No `flags`: a positional argument (with
+    `default` MISSING, a required one). A bool field with default False and no `parse` is a
+    switch (`--initialize`); `negatable` adds `--no-<flag>`. `factory` in place of `default`
+    for a mutable default."""
+    cli = Cli(flags=tuple(flags), help=help, parse=parse, choices=choices, metavar=metavar,
+              nargs=nargs, negatable=negatable, const=const, hidden=hidden)
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata={"cli": cli})
+    return dataclasses.field(default=default, metadata={"cli": cli})
+
+
+def cli_of(field: dataclasses.Field) -> Cli | None:
+    """The command-line form of a field, or None for a field the command line does not set."""
+    return field.metadata.get("cli")
+
+
+def defaults(cls: type) -> dict[str, Any]:
+    """{field name: default} of an options class (fields without a default left out)."""
+    found = {}
+    for field in dataclasses.fields(cls):
+        if field.default is not MISSING:
+            found[field.name] = field.default
+        elif field.default_factory is not MISSING:
+            found[field.name] = field.default_factory()
+    return found
+
+
+def split_keywords(cls: type, keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the keywords that are fields of `cls`, the rest): how the API tells an option
+    (`workers=1`) from a setting of the config (`max_iter=20`)."""
+    names = {field.name for field in dataclasses.fields(cls)}
+    return ({key: value for key, value in keywords.items() if key in names},
+            {key: value for key, value in keywords.items() if key not in names})
