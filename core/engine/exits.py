@@ -89,7 +89,8 @@ def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | Non
     Args:
         main: the command's work; its return value is ignored.
         on_stop: the line to print when stopped by a signal (what was kept, how to continue).
-        argv: the command line (for `--debug`).
+        argv: the command's arguments (for `--debug`); None: the process's command line
+            (a script's `main()`), never an in-process caller's.
     """
     with process_kept():
         StopRequest(at_once=True)
@@ -103,7 +104,7 @@ def exit_status(main: Callable[[], Any], on_stop: Callable[[Stopped], str] | Non
                       file=sys.stderr)
                 return 128 + stop.signum
             except Exception as err:  # noqa: BLE001 - every failure becomes a report
-                return report(err, sys.argv if argv is None else argv)
+                return report(err, sys.argv[1:] if argv is None else argv)
             except SystemExit as done:  # argparse's usage errors and --help; an exit status
                 return _status(done.code)
         except KeyboardInterrupt:  # the second Ctrl-C, wherever it lands: the user will not wait

@@ -193,7 +193,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table (core/engine/exits.py)."""
-    return exit_status(lambda: run(parse_args(argv, prog)))
+    return exit_status(lambda: run(parse_args(argv, prog)), argv=argv)
 
 
 if __name__ == "__main__":

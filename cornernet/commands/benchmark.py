@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
         done["args"] = parse_args(argv, prog)
         done["rows"] = run(done["args"])
 
-    status = exit_status(work)
+    status = exit_status(work, argv=argv)
     if status or "rows" not in done:  # a failure, or --help
         return status
     return below_min_ap(done["args"], done["rows"])

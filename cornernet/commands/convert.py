@@ -116,7 +116,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table (core/engine/exits.py)."""
     return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: (
-        "an output takes its name only when whole: nothing half-written is left"))
+        "an output takes its name only when whole: nothing half-written is left"), argv=argv)
 
 
 if __name__ == "__main__":

@@ -171,7 +171,7 @@ ON_STOP = "the outputs so far are closed and complete"
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     """The command: exit status of the one table (core/engine/exits.py)."""
-    return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP)
+    return exit_status(lambda: run(parse_args(argv, prog)), on_stop=lambda _: ON_STOP, argv=argv)
 
 
 if __name__ == "__main__":
