@@ -2,6 +2,8 @@
 
     parser = parser_for(TestOptions, "cornernet test", "Evaluate a snapshot")
     options = parse(TestOptions, argv, "cornernet test", "Evaluate a snapshot")
+    options = parse_one_of({"yolo2coco": (YoloToCoco, "a YOLO split to COCO"), ...}, argv,
+                           "cornernet convert", "Convert labels")   # subcommands
 
 Each field declared with `option(...)` becomes one argument: its flags, help, choices and
 default from the declaration, its text read by the field's `parse` function. A ValueError from
@@ -66,6 +68,9 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
     kwargs["default"] = _default(field)
     if cli.negatable:
         kwargs["action"] = argparse.BooleanOptionalAction
+    elif cli.repeat:  # None when not given: the field keeps its default
+        kwargs.update({"action": "append", "default": None, "type": _reader(field, cli),
+                       "choices": cli.choices, "metavar": cli.metavar})
     elif _switch(field, cli):
         kwargs["action"] = "store_true"
     else:
@@ -98,7 +103,10 @@ def value_of(cls: type[T], parser: argparse.ArgumentParser, namespace: argparse.
         if field.init and hasattr(namespace, field.name):
             value = getattr(namespace, field.name)
             cli = cli_of(field)
-            if isinstance(value, list) and cli is not None and cli.nargs is not None:
+            if cli is not None and cli.repeat and value is None:
+                continue  # a repeatable flag not given: the declared default
+            if isinstance(value, list) and cli is not None and (cli.nargs is not None
+                                                                 or cli.repeat):
                 value = tuple(value)
             values[field.name] = value
     try:
@@ -113,3 +121,17 @@ def parse(cls: type[T], argv: Sequence[str] | None, prog: str,
     """`argv` (default: the command line) read into a frozen `cls`."""
     parser = parser_for(cls, prog, description)
     return value_of(cls, parser, parser.parse_args(None if argv is None else list(argv)))
+
+
+def parse_one_of(commands: dict[str, tuple[type, str | None]], argv: Sequence[str] | None,
+                 prog: str, description: str | None = None) -> Any:
+    """`argv` (default: the command line) read as one of subcommands: {word: (options class,
+    help)}; returns the value of the class whose word comes first (`cornernet convert
+    yolo2coco ...`). A subcommand's usage errors show that subcommand's usage."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    words = parser.add_subparsers(dest="command", required=True)
+    parsers = {word: parser_for(cls, f"{prog} {word}", parser=words.add_parser(word, help=help))
+               for word, (cls, help) in commands.items()}
+    namespace = parser.parse_args(None if argv is None else list(argv))
+    word = namespace.command
+    return value_of(commands[word][0], parsers[word], namespace)

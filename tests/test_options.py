@@ -10,7 +10,7 @@ from core.config import load_config
 from core.config.options import ConfigOptions, DebugOptions, DeviceOptions, SnapshotOptions
 from core.errors import UsageError
 from core.utils.options import defaults, option, split_keywords
-from cornernet.options import parse
+from cornernet.options import parse, parse_one_of
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,3 +72,40 @@ def test_overrides_as_pairs_change_the_config_as_set_texts_do():
                                                         ("db__input_size", [255, 255])))
     assert as_pairs[0].max_iter == as_text[0].max_iter == 7
     assert as_pairs[1]["input_size"] == as_text[1]["input_size"] == [255, 255]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Repeated(DebugOptions):
+    extra: tuple[str, ...] = option((), "--extra", repeat=True, help="one more, again and again")
+
+
+def test_a_repeatable_flag_gathers_its_values_in_order():
+    assert parse(Repeated, ["--extra", "a=1", "--extra", "b=2"], "example").extra == ("a=1",
+                                                                                      "b=2")
+    assert parse(Repeated, [], "example") == Repeated()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Other(DebugOptions):
+    out: str = option(help="where")
+    count: int = option(1, "--count", parse=int, help="how many")
+
+    def __post_init__(self) -> None:
+        if self.count < 1:
+            raise UsageError(f"--count must be at least 1, got {self.count}")
+
+
+def test_subcommands_give_the_value_of_the_one_named(capsys):
+    commands = {"one": (Repeated, "the first"), "other": (Other, "the second")}
+    assert parse_one_of(commands, ["other", "x", "--count", "3"], "example") == Other(out="x",
+                                                                                       count=3)
+    assert parse_one_of(commands, ["one", "--debug"], "example") == Repeated(debug=True)
+    with pytest.raises(SystemExit) as done:
+        parse_one_of(commands, ["other", "x", "--count", "0"], "example")
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and err.startswith("usage: example other")
+    assert "--count must be at least 1, got 0" in err
+    with pytest.raises(SystemExit) as done:
+        parse_one_of(commands, [], "example")
+    assert done.value.code == 2
+    assert "the following arguments are required: command" in capsys.readouterr().err

@@ -34,8 +34,10 @@ class Cli:
         help: the help text (may hold argparse's %(default)s).
         parse: text -> value (raises ValueError on bad text); None: the text itself.
         choices: the accepted values, when a fixed few.
-        metavar: the placeholder shown in usage.
+        metavar: the placeholder shown in usage (a tuple: one per value of a count `nargs`).
         nargs: argparse's nargs ("+", "*", "?", or a count); a list becomes a tuple.
+        repeat: the flag may be given more than once (`--slurm a=1 --slurm b=2`); its values
+            are gathered, in order, into a tuple.
         negatable: a bool option that also takes --no-<flag> (argparse's BooleanOptionalAction).
         const: with nargs "?", the value of the flag given without one.
         hidden: kept out of --help (an internal or deprecated spelling).
@@ -45,8 +47,9 @@ class Cli:
     help: str | None = None
     parse: Callable[[str], Any] | None = None
     choices: Sequence[Any] | None = None
-    metavar: str | None = None
+    metavar: str | tuple[str, ...] | None = None
     nargs: int | str | None = None
+    repeat: bool = False
     negatable: bool = False
     const: Any = None
     hidden: bool = False
@@ -54,15 +57,15 @@ class Cli:
 
 def option(default: Any = MISSING, *flags: str, help: str | None = None,
            parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
-           metavar: str | None = None, nargs: int | str | None = None, negatable: bool = False,
-           const: Any = None, hidden: bool = False, factory: Callable[[], Any] | None = None
-           ) -> Any:
+           metavar: str | tuple[str, ...] | None = None, nargs: int | str | None = None,
+           repeat: bool = False, negatable: bool = False, const: Any = None,
+           hidden: bool = False, factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field with its command-line form. No `flags`: a positional argument (with
     `default` MISSING, a required one). A bool field with default False and no `parse` is a
-    switch (`--initialize`); `negatable` adds `--no-<flag>`. `factory` in place of `default`
-    for a mutable default."""
+    switch (`--initialize`); `negatable` adds `--no-<flag>`; `repeat` gathers a flag given
+    several times into a tuple. `factory` in place of `default` for a mutable default."""
     cli = Cli(flags=tuple(flags), help=help, parse=parse, choices=choices, metavar=metavar,
-              nargs=nargs, negatable=negatable, const=const, hidden=hidden)
+              nargs=nargs, repeat=repeat, negatable=negatable, const=const, hidden=hidden)
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"cli": cli})
     return dataclasses.field(default=default, metadata={"cli": cli})
