@@ -26,8 +26,8 @@ T = TypeVar("T")
 
 def _reader(field: dataclasses.Field, cli: Cli) -> Callable[[str], Any] | None:
     """The field's text-to-value function, its ValueError shown as the user's message."""
-    if cli.parse is None:
-        return None
+    if cli.parse is None or cli.parse in (int, float):  # argparse's words: invalid int value
+        return cli.parse
     parse = cli.parse
 
     def read(text: str) -> Any:
@@ -81,11 +81,12 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
 
 
 def parser_for(cls: type, prog: str, description: str | None = None,
-               parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+               parser: argparse.ArgumentParser | None = None,
+               epilog: str | None = None) -> argparse.ArgumentParser:
     """The parser of the options class `cls`: one argument per field declared with `option`
     (fields without a command-line form are left to their defaults). `parser`: add to this one
-    (a subcommand's) instead of a new one."""
-    parser = parser or argparse.ArgumentParser(prog=prog, description=description)
+    (a subcommand's) instead of a new one; `epilog`: help's last line."""
+    parser = parser or argparse.ArgumentParser(prog=prog, description=description, epilog=epilog)
     for field in dataclasses.fields(cls):
         cli = cli_of(field)
         if cli is not None:
@@ -117,9 +118,9 @@ def value_of(cls: type[T], parser: argparse.ArgumentParser, namespace: argparse.
 
 
 def parse(cls: type[T], argv: Sequence[str] | None, prog: str,
-          description: str | None = None) -> T:
+          description: str | None = None, epilog: str | None = None) -> T:
     """`argv` (default: the command line) read into a frozen `cls`."""
-    parser = parser_for(cls, prog, description)
+    parser = parser_for(cls, prog, description, epilog=epilog)
     return value_of(cls, parser, parser.parse_args(None if argv is None else list(argv)))
 
 

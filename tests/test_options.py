@@ -109,3 +109,18 @@ def test_subcommands_give_the_value_of_the_one_named(capsys):
         parse_one_of(commands, [], "example")
     assert done.value.code == 2
     assert "the following arguments are required: command" in capsys.readouterr().err
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Timed(DebugOptions):
+    hours: float = option(1.0, "--hours", parse=float, help="how long")
+
+
+@pytest.mark.parametrize("cls, argv, message", [
+    (Example, ["Cfg", "--workers", "four"], "argument --workers: invalid int value: 'four'"),
+    (Timed, ["--hours", "soon"], "argument --hours: invalid float value: 'soon'"),
+])
+def test_a_number_that_is_no_number_is_said_in_argparse_s_words(cls, argv, message, capsys):
+    with pytest.raises(SystemExit) as done:
+        parse(cls, argv, "example")
+    assert done.value.code == 2 and message in capsys.readouterr().err
