@@ -7,7 +7,6 @@ in-process runs above about 2 s, are `slow`."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -44,7 +43,7 @@ TOOLS = ["tools/analyze_model.py", "tools/analyze_results.py", "tools/export.py"
 
 @pytest.mark.parametrize("text", ["nan", "-0.1", "1.5", "inf", "abc"])
 def test_a_threshold_outside_zero_to_one_is_refused(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=f"from 0 to 1, got '{text}'"):
+    with pytest.raises(ValueError, match=f"from 0 to 1, got '{text}'"):
         unit_interval(text)
     assert unit_interval("0") == 0.0 and unit_interval("1") == 1.0
 
