@@ -12,18 +12,22 @@ never shows half an image.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from core.config import load_config
+from core.config.options import DebugOptions
 from core.engine.curves import AP_KEYS, Curves, MetricsError, plot, select_curves, spans_decades  # noqa: F401 - the tests' names
 from core.engine.exits import exit_status
 from core.engine.metrics import read_lines
 from core.engine.process import keeps_process
 from core.errors import UsageError
+from core.utils.options import option
+
+from ..options import parse
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -52,32 +56,37 @@ def metrics_path(target: str, cache_dir: str | None) -> Path:
 
 
 PROG = "cornernet plot"
+DESCRIPTION = "Plot the loss terms, learning rate and validation AP of a run against iteration"
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog or PROG,
-                                     description="Plot the loss terms, learning rate and "
-                                     "validation AP of a run against iteration")
-    parser.add_argument("target", help="config name (reads cache/nnet/<Cfg>/metrics.jsonl) or "
-                                       "the path of a metrics.jsonl file")
-    parser.add_argument("--out", type=Path, help="PNG to write (default: metrics.png beside "
-                                                 "the metrics file)")
-    parser.add_argument("--cache-dir", help="the run's system.cache_dir, if not the config's")
-    return parser.parse_args(argv)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlotOptions(DebugOptions):
+    """What `cornernet plot` takes."""
+
+    target: str = option(help="config name (reads cache/nnet/<Cfg>/metrics.jsonl) or the path "
+                              "of a metrics.jsonl file")
+    out: Path | None = option(None, "--out", parse=Path,
+                              help="PNG to write (default: metrics.png beside the metrics file)")
+    cache_dir: str | None = option(None, "--cache-dir",
+                                   help="the run's system.cache_dir, if not the config's")
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> PlotOptions:
+    return parse(PlotOptions, argv, prog or PROG, DESCRIPTION)
 
 
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
+def run(options: PlotOptions, log: Callable[[str], None] = print) -> Path:
     """Draw the curves; returns the PNG written."""
     try:
         import matplotlib  # noqa: F401 - only to say how to get it
     except ImportError:
         raise UsageError("plotting needs matplotlib, a dependency this environment lacks: "
                          "pip install matplotlib") from None
-    path = metrics_path(args.target, args.cache_dir)
+    path = metrics_path(options.target, options.cache_dir)
     curves = select_curves(read_metrics(path), path,
                            lambda line: print(line, file=sys.stderr))
-    out = args.out or path.with_name("metrics.png")
+    out = options.out or path.with_name("metrics.png")
     plot(curves, out, f"{path.parent.name}: iteration {curves.last_iteration}")
     log(f"wrote {out}")
     return out
