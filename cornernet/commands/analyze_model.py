@@ -1,6 +1,6 @@
 """What a config's model costs.
 
-    cornernet analyze model <Cfg> [--test-size H W] [--device D] [--json PATH]
+    cornernet analyze model <Cfg> [--test-size H W] [--device D] [--json PATH] [--set K=V ...]
 
 Prints the parameters (total, trainable under system.freeze, per top-level module), the FLOPs of
 one forward of one image at the test input size (default 511 x 511, the size CornerNet-Lite's
@@ -10,16 +10,20 @@ of a training step of one image on the device (see core/nnet/cost.py for what ea
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.config import CONFIG_DIR, SystemConfig, load_config
+from core.config import SystemConfig, load_config
+from core.config.options import ConfigOptions, DebugOptions, DeviceOptions
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
+from core.utils.options import option
+
+from ..options import parse
 
 if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no torch
     import torch
@@ -27,20 +31,21 @@ if TYPE_CHECKING:  # torch and the models are imported by `run`: --help costs no
 PROG = "cornernet analyze model"
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog or PROG,
-                                     description="Parameters, FLOPs and activation memory of "
-                                                 "a config's model")
-    parser.add_argument("cfg_file", help="config name in configs/, e.g. CornerNet_Squeeze")
-    parser.add_argument("--test-size", type=int, nargs=2, default=[511, 511],
-                        metavar=("H", "W"), help="input of the test forward (default 511 511)")
-    parser.add_argument("--device", default=None,
-                        help="where the training step's activation memory is measured: cpu, "
-                             "cuda or cuda:<index> (default: the GPU where there is one)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    return parser.parse_args(argv)
+DESCRIPTION = "Parameters, FLOPs and activation memory of a config's model"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AnalyzeModelOptions(ConfigOptions, DeviceOptions, DebugOptions):
+    """What `cornernet analyze model` takes."""
+
+    test_size: tuple[int, int] = option((511, 511), "--test-size", parse=int, nargs=2,
+                                        metavar=("H", "W"),
+                                        help="input of the test forward (default 511 511)")
+    json: Path | None = option(None, "--json", parse=Path, help="also write the numbers here")
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> AnalyzeModelOptions:
+    return parse(AnalyzeModelOptions, argv, prog or PROG, DESCRIPTION)
 
 
 def analyze(system_config: SystemConfig, db_config: dict, test_size: tuple[int, int],
@@ -91,18 +96,18 @@ def format_report(report: dict) -> str:
 
 
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+def run(options: AnalyzeModelOptions, log: Callable[[str], None] = print) -> dict:
     from core.models.fit import check_input_fit
     from core.utils.device import resolve_device
 
-    device = resolve_device(args.device)  # --device cuda without a GPU: one line, first
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    check_input_fit(system_config.model_name, args.test_size,
-                    "--test-size")
-    report = analyze(system_config, db_config, tuple(args.test_size), device)
+    device = resolve_device(options.device)  # --device cuda without a GPU: one line, first
+    system_config, db_config = load_config(options.cfg_file, options.config_dir,
+                                           overrides=options.overrides)
+    check_input_fit(system_config.model_name, options.test_size, "--test-size")
+    report = analyze(system_config, db_config, options.test_size, device)
     print(format_report(report))
-    if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=1))
+    if options.json is not None:
+        options.json.write_text(json.dumps(report, indent=1))
     return report
 
 

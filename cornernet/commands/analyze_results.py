@@ -1,7 +1,7 @@
 """What limits a snapshot's AP: the COCO error breakdown and a confusion matrix.
 
     cornernet analyze results <Cfg> [--testiter N|best] [--split S] [--suffix X]
-                                    [--score-thresh T] [--iou-thresh U]
+                                    [--score-thresh T] [--iou-thresh U] [--set K=V ...]
 
 Reads the results folder that `test.py <Cfg>` (or the evaluation during training) wrote,
 results/<Cfg>/<iter>/<split>[/<suffix>]/, and writes into it:
@@ -18,7 +18,7 @@ results/<Cfg>/<iter>/<split>[/<suffix>]/, and writes into it:
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -26,20 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import (
-    CONFIG_DIR,
-    DEFAULT_SNAPSHOT,
-    SystemConfig,
-    load_config,
-    lookup,
-    snapshot_arg,
-)
+from core.config import DEFAULT_SNAPSHOT, SystemConfig, load_config, lookup, snapshot_arg
+from core.config.options import ConfigOptions, DebugOptions
 from core.config.rules import unit_interval
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
 from core.utils.files import write_file_atomic
+from core.utils.options import option
+
+from ..options import parse
 
 SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test_split"}
 
@@ -47,23 +44,29 @@ SPLITS = {"training": "train_split", "validation": "val_split", "testing": "test
 PROG = "cornernet analyze results"
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog or PROG,
-                                     description="Error breakdown and confusion matrix of a "
-                                                 "test.py results folder")
-    parser.add_argument("cfg_file", help="config name in configs/")
-    parser.add_argument("--testiter", type=snapshot_arg, default=None,
-                        help="snapshot iteration or 'best', as given to test.py "
-                             f"({DEFAULT_SNAPSHOT})")
-    parser.add_argument("--split", choices=list(SPLITS), default="validation")
-    parser.add_argument("--suffix", default=None, help="as given to test.py")
-    parser.add_argument("--score-thresh", type=unit_interval, default=0.3,
-                        help="detections counted in the confusion matrix score above this")
-    parser.add_argument("--iou-thresh", type=unit_interval, default=0.5,
-                        help="IoU at which a detection is on an object in the confusion matrix")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
-    return parser.parse_args(argv)
+DESCRIPTION = "Error breakdown and confusion matrix of a test.py results folder"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AnalyzeResultsOptions(ConfigOptions, DebugOptions):
+    """What `cornernet analyze results` takes. Its --testiter names a results folder, which
+    test.py names by iteration or 'best' (never by a snapshot file)."""
+
+    testiter: int | str | None = option(
+        None, "--testiter", parse=snapshot_arg,
+        help=f"snapshot iteration or 'best', as given to test.py ({DEFAULT_SNAPSHOT})")
+    split: str = option("validation", "--split", choices=list(SPLITS))
+    suffix: str | None = option(None, "--suffix", help="as given to test.py")
+    score_thresh: float = option(0.3, "--score-thresh", parse=unit_interval,
+                                 help="detections counted in the confusion matrix score above "
+                                      "this")
+    iou_thresh: float = option(0.5, "--iou-thresh", parse=unit_interval,
+                               help="IoU at which a detection is on an object in the confusion "
+                                    "matrix")
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> AnalyzeResultsOptions:
+    return parse(AnalyzeResultsOptions, argv, prog or PROG, DESCRIPTION)
 
 
 def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) -> None:
@@ -95,12 +98,13 @@ def plot_confusion(matrix: np.ndarray, names: list[str], out: Path, title: str) 
         pyplot.close(figure)
 
 
-def missing_results(path: Path, args: argparse.Namespace, system_config: SystemConfig,
+def missing_results(path: Path, options: AnalyzeResultsOptions, system_config: SystemConfig,
                     testiter: int | str) -> str:
     """The line for a results folder without `path`: the test command that writes it (with this
     --split and --suffix), and which splits and suffixes of this snapshot were evaluated."""
-    command = hints.command("test.py", f"{args.cfg_file} --testiter {testiter} --split "
-                            f"{args.split}" + (f" --suffix {args.suffix}" if args.suffix else ""))
+    command = hints.command("test.py", f"{options.cfg_file} --testiter {testiter} --split "
+                            f"{options.split}"
+                            + (f" --suffix {options.suffix}" if options.suffix else ""))
     roles = {getattr(system_config, key): role for role, key in reversed(SPLITS.items())}
     root, done = system_config.result_dir / str(testiter), []
     for found in sorted(root.rglob("metrics.json")) if root.is_dir() else []:
@@ -123,7 +127,7 @@ def unscored(results_file: Path, split: str, has_boxes: bool, detections: int) -
 
 
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+def run(options: AnalyzeResultsOptions, log: Callable[[str], None] = print) -> dict:
     # core.inference (torch) and the datasets are imported here, not for --help.
     from core.dbs import datasets
     from core.inference.error_analysis import (
@@ -142,10 +146,12 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
     except ImportError:
         raise UsageError("the confusion-matrix picture needs matplotlib, a dependency this "
                          "environment lacks: pip install matplotlib") from None
-    system_config, db_config = load_config(args.cfg_file, args.config_dir)
-    testiter = default_snapshot(system_config, log) if args.testiter is None else args.testiter
-    split = getattr(system_config, SPLITS[args.split])
-    folder = results_folder(system_config, testiter, split, args.suffix or None)
+    system_config, db_config = load_config(options.cfg_file, options.config_dir,
+                                           overrides=options.overrides)
+    testiter = (default_snapshot(system_config, log) if options.testiter is None
+                else options.testiter)
+    split = getattr(system_config, SPLITS[options.split])
+    folder = results_folder(system_config, testiter, split, options.suffix or None)
     summary_file, results_file = folder / "metrics.json", folder / "results.json"
     if results_file.is_file() and not summary_file.is_file():  # test ran and scored nothing
         db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
@@ -154,13 +160,13 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
                                   len(read_json(results_file, "the results file"))))
     for path in (summary_file, results_file):
         if not path.is_file():
-            raise UsageError(missing_results(path, args, system_config, testiter))
+            raise UsageError(missing_results(path, options, system_config, testiter))
     summary = read_json(summary_file, "the metrics file")
     if not (isinstance(summary, dict) and isinstance(summary.get("num_images"), int)
             and isinstance(summary.get("annotation_file"), str)):
         raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
                          f"another version?); run "
-                         f"{hints.command('test.py', f'{args.cfg_file} --testiter {testiter}')}"
+                         f"{hints.command('test.py', f'{options.cfg_file} --testiter {testiter}')}"
                          " again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
@@ -177,15 +183,15 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
               f"(every category moved to another)")
     (folder / "breakdown.json").write_text(json.dumps(analysis, indent=1))
     ids = [c["id"] for c in categories]
-    matrix = confusion_matrix(truth, found, ids, args.score_thresh, args.iou_thresh)
+    matrix = confusion_matrix(truth, found, ids, options.score_thresh, options.iou_thresh)
     names = [c["name"] for c in categories]
     (folder / "confusion.json").write_text(json.dumps({
         "rows": [*names, "background"], "columns": [*names, "missed"],
-        "score_thresh": args.score_thresh, "iou_thresh": args.iou_thresh,
+        "score_thresh": options.score_thresh, "iou_thresh": options.iou_thresh,
         "counts": matrix.tolist()}))
     plot_confusion(matrix, [*names, "background / missed"], folder / "confusion.png",
-                   f"{args.cfg_file} {testiter} {split}: score > {args.score_thresh}, "
-                   f"IoU >= {args.iou_thresh}")
+                   f"{options.cfg_file} {testiter} {split}: score > {options.score_thresh}, "
+                   f"IoU >= {options.iou_thresh}")
     print(f"wrote {folder / 'breakdown.json'}, {folder / 'confusion.json'} and "
           f"{folder / 'confusion.png'}")
     return analysis
