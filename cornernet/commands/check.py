@@ -19,7 +19,7 @@ box centres, box sizes).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -27,31 +27,56 @@ from pathlib import Path
 
 import numpy as np
 
-from core.config import CONFIG_DIR, add_set_arg, load_config, lookup
+from core.config import load_config, lookup
+from core.config.options import ConfigOptions, DebugOptions
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
+from core.errors import UsageError
+from core.utils.options import option
 
-from .train import add_data_args
+from ..options import parse
 
 PROG = "cornernet check"
 
 
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog or PROG,
-                                     description="Check a config's data before training")
-    parser.add_argument("cfg_file", help="config name in configs/")
-    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
-    parser.add_argument("--splits", nargs="+", default=None,
-                        help="split keys (default: the config's train_split and val_split)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="the folder for report.json and the pictures")
-    parser.add_argument("--batch-images", type=int, default=4)
-    parser.add_argument("--crop-samples", type=int, default=64,
-                        help="training images that get one augmented view each to measure "
-                             "the crop cut-offs")
-    add_data_args(parser)
-    add_set_arg(parser)
-    return parser.parse_args(argv)
+DESCRIPTION = "Check a config's data before training"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckOptions(ConfigOptions, DebugOptions):
+    """What `cornernet check` takes. --data, --name and --no-fit are train's, with train's
+    names and meaning (the config as `cornernet train --data` resolves it, not written)."""
+
+    splits: tuple[str, ...] | None = option(
+        None, "--splits", nargs="+",
+        help="split keys (default: the config's train_split and val_split)")
+    out: Path | None = option(None, "--out", parse=Path,
+                              help="the folder for report.json and the pictures")
+    batch_images: int = option(4, "--batch-images", parse=int)
+    crop_samples: int = option(64, "--crop-samples", parse=int,
+                               help="training images that get one augmented view each to "
+                                    "measure the crop cut-offs")
+    data: Path | None = option(None, "--data", parse=Path, metavar="PATH",
+                               help="train on this export: a data.yaml, a COCO json, or a folder "
+                                    "(Roboflow, CVAT, YOLO, VOC, labelImg); the config gives the "
+                                    "model and the training settings, the data its classes and "
+                                    "splits")
+    name: str | None = option(None, "--name",
+                              help="with --data: the run's name, which test, predict, export "
+                                   "and --iter then take in place of a config (default: "
+                                   "<config>-<data folder>)")
+    no_fit: bool = option(False, "--no-fit",
+                          help="with --data: keep the config's input size, crop scales and "
+                               "test scales instead of fitting them to the data's sizes")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.data is None and (self.name is not None or self.no_fit):
+            raise UsageError("--name and --no-fit go with --data PATH")
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> CheckOptions:
+    return parse(CheckOptions, argv, prog or PROG, DESCRIPTION)
 
 
 def draw_labels(path: Path, reports: dict, points: dict) -> str:
@@ -115,42 +140,38 @@ def summary(split: str, report: dict) -> str:
 
 
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
+def run(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
     # The data, the sampler and torch are imported here, not for --help.
     from core.data.advice import advice_lines, settings_advice
     from core.data.check import across_splits, save_batch_picture, split_report, unnamed_images
     from core.dbs import datasets
     from core.sample import sampler
 
-    if args.data is not None:  # the config as `train --data` would resolve it (not written)
+    if options.data is not None:  # the config as `train --data` would resolve it (not written)
         from core.data.from_data import data_config
 
         system_config, db_config, _ = data_config(
-            args.cfg_file, args.data, args.name, args.overrides, fit=not args.no_fit,
-            config_dir=args.config_dir, log=print, write=False)
-    elif args.name is not None or args.no_fit:
-        from core.errors import UsageError
-
-        raise UsageError("--name and --no-fit go with --data PATH")
+            options.cfg_file, options.data, options.name, options.overrides,
+            fit=not options.no_fit, config_dir=options.config_dir, log=print, write=False)
     else:
-        system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                               overrides=args.overrides)
+        system_config, db_config = load_config(options.cfg_file, options.config_dir,
+                                               overrides=options.overrides)
     dataset = lookup(datasets, system_config.dataset, "dataset")
-    splits = args.splits or list(dict.fromkeys([system_config.train_split,
+    splits = options.splits or list(dict.fromkeys([system_config.train_split,
                                                 system_config.val_split]))
-    out = args.out or system_config.result_dir / "check"
+    out = options.out or system_config.result_dir / "check"
     out.mkdir(parents=True, exist_ok=True)
     reports, hashes, points, dbs = {}, {}, {}, []
     for split in splits:
         db = dataset(db_config, split=split, sys_config=system_config)
         dbs.append(db)
-        samples = args.crop_samples if split == system_config.train_split else 0
+        samples = options.crop_samples if split == system_config.train_split else 0
         reports[split], hashes[split], points[split] = split_report(
             db, system_config.sampling_function, samples, system_config.seed)
         print(summary(split, reports[split]))
         if split == system_config.train_split:
             reports[split]["settings"] = settings_advice(db, system_config.sampling_function,
-                                                         args.crop_samples, system_config.seed)
+                                                         options.crop_samples, system_config.seed)
             print("\n".join(advice_lines(reports[split]["settings"])))
     both = across_splits(reports, hashes)
     for key, names in both["classes_in_one_split_only"].items():
@@ -161,14 +182,14 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
         print(f"images in the splits' folders that no annotation names (in no split): "
               f"{both['images_in_no_split']['count']}, e.g. "
               f"{both['images_in_no_split']['examples'][0]}")
-    report = {"config": args.cfg_file, "splits": reports, "across_splits": both}
+    report = {"config": options.cfg_file, "splits": reports, "across_splits": both}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     print(f"wrote {out / 'report.json'}")
 
     picture = out / "train_batch0.jpg"
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     save_batch_picture(sample, dataset(db_config, split=system_config.train_split,
-                                       sys_config=system_config), picture, args.batch_images)
+                                       sys_config=system_config), picture, options.batch_images)
     print(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
           f"heatmaps with offset arrows, one row per image")
     print(draw_labels(out / "labels.png", reports, points))
