@@ -18,8 +18,8 @@ or a failed job under --wait ends in one line (the project's exit table).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import io
 import os
 import signal
@@ -29,15 +29,69 @@ from pathlib import Path
 from typing import Any
 
 from core.config import CONFIG_DIR, config_path
+from core.config.options import DebugOptions
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
 from core.utils import hints
+from core.utils.options import option
+
+from ..options import parse
 
 RESUME_SIGNAL = "USR2"  # the signal submitit asks SLURM for (--signal=USR2@<delay>)
 # Requeues after a time limit by default: as many as a run needs (a year of one-hour jobs).
 UNLIMITED_REQUEUES = 10_000
 LONGEST_HOURS = 366 * 24  # a longer time limit is a typo (--hours -1 once became 8,000 years)
+PROG = "cornernet submit"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SubmitOptions(DebugOptions):
+    """What `cornernet submit` takes; `train_args`: the train.py options after `--`."""
+
+    cfg: str = option(help="config name: configs/<cfg>.json")
+    nodes: int = option(1, "--nodes", parse=int)
+    gpus_per_node: int = option(4, "--gpus-per-node", parse=int,
+                                help="GPUs per node, one task (rank) each")
+    cpus_per_task: int = option(8, "--cpus-per-task", parse=int)
+    hours: float = option(24.0, "--hours", parse=float, help="time limit of one job")
+    signal_delay_s: int = option(300, "--signal-delay-s", parse=int,
+                                 help="SIGUSR2 this long before the limit (README: how long a "
+                                      "stop takes)")
+    partition: str | None = option(None, "--partition")
+    name: str | None = option(None, "--name", help="job name (default: the config)")
+    folder: str = option(str(Path("cache", "submitit", "%j")), "--folder",
+                         help="submitit's logs and pickles")
+    slurm: tuple[str, ...] = option((), "--slurm", repeat=True, metavar="KEY=VALUE",
+                                    help="any other sbatch option, e.g. account=proj or mem=64G")
+    wait: bool = option(False, "--wait", help="wait for the run and its result")
+    max_requeues: int = option(UNLIMITED_REQUEUES, "--max-requeues", parse=int,
+                               help="requeues after a time limit at most (default: until "
+                                    "training ends; preemptions are always requeued)")
+    train_args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "train_args", tuple(self.train_args))
+        if not (self.hours * 60 >= 1 and self.hours <= LONGEST_HOURS):  # NaN fails too
+            raise UsageError(f"--hours {self.hours}: a job's time limit is from 1 minute (1/60) "
+                             f"to {LONGEST_HOURS} hours")
+        if not 0 < self.signal_delay_s < self.hours * 3600:
+            raise UsageError(f"--signal-delay-s {self.signal_delay_s} must be above 0 and below "
+                             f"the time limit ({self.hours * 3600:.0f} s)")
+        for name in ("nodes", "gpus_per_node", "cpus_per_task", "max_requeues"):
+            least = 0 if name == "max_requeues" else 1
+            if getattr(self, name) < least:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least {least}, got "
+                                 f"{getattr(self, name)}")
+
+
+def parse_args(argv: list[str] | None = None, prog: str | None = None) -> SubmitOptions:
+    """The command line; what follows `--` is train.py's, kept as it is."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    options = parse(SubmitOptions, argv[:cut], prog or PROG, __doc__.splitlines()[0],
+                    epilog="after --: more train.py options")
+    return dataclasses.replace(options, train_args=tuple(argv[cut + 1:]))
 
 
 def _submitit() -> Any:
@@ -84,63 +138,23 @@ class Training:
         return status
 
 
-def executor(args: argparse.Namespace) -> Any:
+def executor(options: SubmitOptions) -> Any:
     import cloudpickle
 
     submitit = _submitit()
     if __name__ != "__main__":  # imported: the tasks may not import this module by name
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ex = submitit.AutoExecutor(folder=args.folder, cluster="slurm",
-                               slurm_max_num_timeout=args.max_requeues)
-    extra = dict(item.split("=", 1) for item in args.slurm)
+    ex = submitit.AutoExecutor(folder=options.folder, cluster="slurm",
+                               slurm_max_num_timeout=options.max_requeues)
+    extra = dict(item.split("=", 1) for item in options.slurm)
     ex.update_parameters(
-        nodes=args.nodes, tasks_per_node=args.gpus_per_node, cpus_per_task=args.cpus_per_task,
-        gpus_per_node=args.gpus_per_node, timeout_min=int(args.hours * 60),
-        slurm_signal_delay_s=args.signal_delay_s, name=args.name or args.cfg,
-        slurm_partition=args.partition, slurm_additional_parameters=extra)
+        nodes=options.nodes, tasks_per_node=options.gpus_per_node,
+        cpus_per_task=options.cpus_per_task, gpus_per_node=options.gpus_per_node,
+        timeout_min=int(options.hours * 60),
+        slurm_signal_delay_s=options.signal_delay_s, name=options.name or options.cfg,
+        slurm_partition=options.partition, slurm_additional_parameters=extra)
     return ex
 
-
-PROG = "cornernet submit"
-
-
-def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog or PROG,
-                                     description=__doc__.splitlines()[0],
-                                     epilog="after --: more train.py options")
-    parser.add_argument("cfg", help="config name: configs/<cfg>.json")
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--gpus-per-node", type=int, default=4,
-                        help="GPUs per node, one task (rank) each")
-    parser.add_argument("--cpus-per-task", type=int, default=8)
-    parser.add_argument("--hours", type=float, default=24.0, help="time limit of one job")
-    parser.add_argument("--signal-delay-s", type=int, default=300,
-                        help="SIGUSR2 this long before the limit (README: how long a stop takes)")
-    parser.add_argument("--partition", default=None)
-    parser.add_argument("--name", default=None, help="job name (default: the config)")
-    parser.add_argument("--folder", default=str(Path("cache", "submitit", "%j")),
-                        help="submitit's logs and pickles")
-    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
-                        help="any other sbatch option, e.g. account=proj or mem=64G")
-    parser.add_argument("--wait", action="store_true", help="wait for the run and its result")
-    parser.add_argument("--max-requeues", type=int, default=UNLIMITED_REQUEUES,
-                        help="requeues after a time limit at most (default: until training "
-                             "ends; preemptions are always requeued)")
-    argv = sys.argv[1:] if argv is None else list(argv)
-    cut = argv.index("--") if "--" in argv else len(argv)
-    args = parser.parse_args(argv[:cut])
-    args.train_args = argv[cut + 1:]  # after --: more train.py options
-    if not (args.hours * 60 >= 1 and args.hours <= LONGEST_HOURS):  # NaN fails too
-        parser.error(f"--hours {args.hours}: a job's time limit is from 1 minute (1/60) to "
-                     f"{LONGEST_HOURS} hours")
-    if not 0 < args.signal_delay_s < args.hours * 3600:
-        parser.error(f"--signal-delay-s {args.signal_delay_s} must be above 0 and below the "
-                     f"time limit ({args.hours * 3600:.0f} s)")
-    for name in ("nodes", "gpus_per_node", "cpus_per_task", "max_requeues"):
-        if getattr(args, name) < (0 if name == "max_requeues" else 1):
-            parser.error(f"--{name.replace('_', '-')} must be at least "
-                         f"{0 if name == 'max_requeues' else 1}, got {getattr(args, name)}")
-    return args
 
 
 def config_dir(train_args: list[str]) -> Path:
@@ -161,27 +175,28 @@ def first_words(err: BaseException) -> str:
 
 
 @keeps_process
-def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> int:
-    config_path(args.cfg, config_dir(args.train_args))  # a name the tasks could not find: now
+def run(options: SubmitOptions, log: Callable[[str], None] = print) -> int:
+    # a config the tasks could not find: refused here, not in the job's log
+    config_path(options.cfg, config_dir(options.train_args))
     _submitit()  # not installed: one line, not a refusal by sbatch
     said = io.StringIO()  # submitit copies sbatch's stderr here: the refusal is our one line
     try:
         with contextlib.redirect_stderr(said):
-            job = executor(args).submit(Training(args.cfg, args.train_args))
+            job = executor(options).submit(Training(options.cfg, options.train_args))
     except Exception as err:  # noqa: BLE001 - sbatch's refusal arrives wrapped by submitit
         raise UsageError(f"sbatch refused the job: {first_words(err)}") from None
     finally:
         sys.stderr.write("".join(line for line in said.getvalue().splitlines(keepends=True)
                                  if "sbatch: error" not in line))
-    print(f"submitted job {job.job_id}: logs in {args.folder.replace('%j', str(job.job_id))}; "
-          + ("requeued after each time limit until training ends" if args.max_requeues ==
-             UNLIMITED_REQUEUES else f"requeued after at most {args.max_requeues} time limits"))
-    if args.wait:
+    print(f"submitted job {job.job_id}: logs in {options.folder.replace('%j', str(job.job_id))}; "
+          + ("requeued after each time limit until training ends" if options.max_requeues ==
+             UNLIMITED_REQUEUES else f"requeued after at most {options.max_requeues} time limits"))
+    if options.wait:
         try:
             return int(job.result() or 0)
         except Exception as err:  # noqa: BLE001 - submitit's FailedJobError holds the log
             print(f"error: job {job.job_id} failed: {first_words(err)}; its logs: "
-                  f"{args.folder.replace('%j', str(job.job_id))}", file=sys.stderr)
+                  f"{options.folder.replace('%j', str(job.job_id))}", file=sys.stderr)
             raise SystemExit(1) from None  # a failure of the run: exit 1, one line
     return 0
 
