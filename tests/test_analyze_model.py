@@ -83,3 +83,34 @@ def test_the_tool_prints_its_table(tmp_path):
     assert "test path at 128 x 128" in done.stdout
     assert json.loads((tmp_path / "cost.json").read_text())["parameters"]["total"] == \
         params["total"]
+
+
+def test_the_command_line_s_defaults_are_the_options_declared_ones():
+    from cornernet.commands.analyze_model import AnalyzeModelOptions, parse_args
+
+    parsed = parse_args(["CornerNet_Tiny"])
+    assert parsed == AnalyzeModelOptions(cfg_file="CornerNet_Tiny")
+    assert parsed.test_size == (511, 511) and parsed.device is None and parsed.json is None
+    assert parse_args(["CornerNet_Tiny", "--test-size", "127", "255", "--set",
+                       "db.categories=3"]) == AnalyzeModelOptions(
+        cfg_file="CornerNet_Tiny", test_size=(127, 255), overrides={"db.categories": 3})
+
+
+def test_a_test_size_of_one_side_is_the_usage_error_it_was(capsys):
+    from cornernet.commands.analyze_model import main
+
+    assert main(["CornerNet_Tiny", "--test-size", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cornernet analyze model")
+    assert "argument --test-size: expected 2 arguments" in err
+
+
+@pytest.mark.slow  # two analyses of CornerNet_Tiny: about 4 s
+def test_set_changes_the_config_whose_model_is_counted(capsys):
+    from cornernet.commands.analyze_model import parse_args, run
+
+    four = run(parse_args(["CornerNet_Tiny", "--device", "cpu"]))["parameters"]["total"]
+    three = run(parse_args(["CornerNet_Tiny", "--device", "cpu", "--set", "db.categories=3"]))
+    # one category fewer: the two heatmap heads (top-left, bottom-right) each lose one output
+    # channel of their last 1x1 convolution, 32 weights and a bias
+    assert four - three["parameters"]["total"] == 2 * (32 + 1)

@@ -73,3 +73,32 @@ def test_a_split_without_boxes_says_so_not_to_run_the_test_again(coco128, tmp_pa
         f"error: split 'val' has no boxes (an image-info file): test wrote its {found} "
         f"detections to {results} for an evaluation server, and there is nothing here to "
         "analyze them against")
+
+
+def test_the_command_line_s_defaults_are_the_options_declared_ones():
+    from cornernet.commands.analyze_results import AnalyzeResultsOptions, parse_args
+
+    parsed = parse_args(["CocoTiny"])
+    assert parsed == AnalyzeResultsOptions(cfg_file="CocoTiny")
+    assert (parsed.testiter, parsed.split, parsed.suffix, parsed.score_thresh,
+            parsed.iou_thresh) == (None, "validation", None, 0.3, 0.5)
+    assert parse_args(["CocoTiny", "--testiter", "best", "--split", "training",
+                       "--score-thresh", "0"]) == AnalyzeResultsOptions(
+        cfg_file="CocoTiny", testiter="best", split="training", score_thresh=0.0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--score-thresh", "nan"],
+     "argument --score-thresh: expected a number from 0 to 1, got 'nan'"),
+    (["--split", "train"],
+     "argument --split: invalid choice: 'train' (choose from 'training', 'validation', 'testing')"),
+    # results folders are named by iteration or 'best': a snapshot file names none
+    (["--testiter", "CocoTiny_0.pkl"],
+     "argument --testiter: expected an iteration number or 'best', got 'CocoTiny_0.pkl'"),
+])
+def test_a_usage_mistake_is_the_usage_error_it_was(argv, message, capsys):
+    from cornernet.commands.analyze_results import main
+
+    assert main(["CocoTiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cornernet analyze results") and message in err

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import cv2
 import numpy as np
@@ -164,3 +165,23 @@ def test_train_py_draws_the_batch_picture_without_changing_the_run(coco128, tmp_
     assert printed[True] == printed[False] and sorted(printed[True]) == [1, 2]
     drawn = cv2.imread(str(tmp_path / "True" / "cache" / "nnet" / "Tiny128" / "train_batch0.jpg"))
     assert drawn.shape == (4 * 128 + 3 * PANEL_GAP, 3 * 128 + 2 * PANEL_GAP, 3)
+
+
+def test_the_command_line_s_defaults_are_the_options_declared_ones():
+    parsed = check_data.parse_args(["Tiny128"])
+    assert parsed == check_data.CheckOptions(cfg_file="Tiny128")
+    assert (parsed.splits, parsed.out, parsed.batch_images, parsed.crop_samples, parsed.data,
+            parsed.name, parsed.no_fit, parsed.overrides) == (None, None, 4, 64, None, None,
+                                                              False, ())
+    assert check_data.parse_args(["Tiny128", "--splits", "train", "--data", "d.yaml",
+                                  "--no-fit", "--set", "max_iter=2"]) == check_data.CheckOptions(
+        cfg_file="Tiny128", splits=("train",), data=Path("d.yaml"), no_fit=True,
+        overrides={"max_iter": 2})
+
+
+@pytest.mark.parametrize("argv", [["--name", "run"], ["--no-fit"]])
+def test_name_or_no_fit_without_data_is_a_usage_error(argv, capsys):
+    assert check_data.main(["Tiny128", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cornernet check")
+    assert "error: --name and --no-fit go with --data PATH" in err

@@ -156,3 +156,18 @@ def test_a_line_whose_terms_are_no_list_is_plotted_without_them(tmp_path, capsys
     err = capsys.readouterr().err
     assert "iteration 20: \"terms\" is 5, not a list of names" in err
     assert image_shape(tmp_path / "metrics.png")[:2] == (2 * PANEL_PIXELS[0], PANEL_PIXELS[1])
+
+
+def test_the_command_line_s_defaults_are_the_options_declared_ones():
+    parsed = plot_metrics.parse_args(["run/metrics.jsonl"])
+    assert parsed == plot_metrics.PlotOptions(target="run/metrics.jsonl")
+    assert (parsed.out, parsed.cache_dir, parsed.debug) == (None, None, False)
+    assert plot_metrics.parse_args(["Cfg", "--out", "a.png", "--cache-dir", "c"]) == \
+        plot_metrics.PlotOptions(target="Cfg", out=Path("a.png"), cache_dir="c")
+
+
+def test_no_target_is_the_usage_error_it_was(capsys):
+    assert plot_metrics.main([]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: cornernet plot")
+    assert "the following arguments are required: target" in err
