@@ -30,6 +30,7 @@ from ..sample.cornernet import cornernet_view
 from ..sample.cornernet_saccade import saccade_view
 from ..sample.render import render_targets
 from ..sample.utils import place_boxes, render_view
+from ..utils import hints
 from ..utils.files import write_file_atomic
 from ..utils.images import ImageReadError, read_image
 from ..utils.vis import draw_batch
@@ -298,7 +299,7 @@ def warn_split_overlap(system_config: Any, db_config: dict, db: Any, split: str,
     if pairs:
         log(f"warning: {len(pairs)} of the {len(db)} images of split '{split}' are also in "
             f"split '{other}' (same file or same bytes, e.g. {pairs[0][0]} = {pairs[0][1]}); "
-            f"scores on them are inflated: remove them from one split (tools/check_data.py "
+            f"scores on them are inflated: remove them from one split ({hints.command('check')} "
             f"lists them)")
     return len(pairs)
 

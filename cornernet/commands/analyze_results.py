@@ -99,7 +99,7 @@ def missing_results(path: Path, args: argparse.Namespace, system_config: SystemC
                     testiter: int | str) -> str:
     """The line for a results folder without `path`: the test command that writes it (with this
     --split and --suffix), and which splits and suffixes of this snapshot were evaluated."""
-    command = hints.command("test.py", f"{args.cfg_file} --testiter {testiter} --split "
+    command = hints.command("test", f"{args.cfg_file} --testiter {testiter} --split "
                             f"{args.split}" + (f" --suffix {args.suffix}" if args.suffix else ""))
     roles = {getattr(system_config, key): role for role, key in reversed(SPLITS.items())}
     root, done = system_config.result_dir / str(testiter), []
@@ -160,7 +160,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> dict:
             and isinstance(summary.get("annotation_file"), str)):
         raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
                          f"another version?); run "
-                         f"{hints.command('test.py', f'{args.cfg_file} --testiter {testiter}')}"
+                         f"{hints.command('test', f'{args.cfg_file} --testiter {testiter}')}"
                          " again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)
