@@ -11,8 +11,9 @@
     cornernet submit CornerNet_Squeeze --nodes 1 ...
     cornernet plot CornerNet_Tiny
 
-Each subcommand is the `main` of its module in cornernet.commands, called in this process with
-the rest of the command line: the same options, output and exit status as the script.
+Each subcommand is the `main` of its module in cornernet.commands (its row of the one table,
+core/utils/command_table.py), called in this process with the rest of the command line: the
+same options, output and exit status as the script.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from core.utils.command_table import dispatch, help_rows
 from core.utils.threads import before_torch
-
-from .commands import COMMANDS, HELP
 
 
 def version() -> str:
@@ -40,16 +40,17 @@ def version() -> str:
 def usage() -> str:
     lines = ["usage: cornernet <command> [options]   (cornernet <command> --help for its options)",
              "       cornernet --version", "", "commands:"]
-    lines += [f"  {words:<16} {what}" for words, what in HELP]
+    lines += [f"  {words:<16} {what}" for words, what in help_rows()]
     return "\n".join(lines)
 
 
 def unknown(name: str) -> str:
     from difflib import get_close_matches
 
-    near = get_close_matches(name, list(COMMANDS), n=1)
+    names = list(dispatch())
+    near = get_close_matches(name, names, n=1)
     hint = f"did you mean '{near[0]}'? " if near else ""
-    return f"error: unknown command '{name}'; {hint}valid: {', '.join(COMMANDS)}"
+    return f"error: unknown command '{name}'; {hint}valid: {', '.join(names)}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,14 +63,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[0] == "--version":
         print(f"cornernet {version()}")
         return 0
-    if argv[0] not in COMMANDS:
+    modules = dispatch()
+    if argv[0] not in modules:
         print(unknown(argv[0]), file=sys.stderr)
         return 2
     if argv[0] == "train":
         from core.engine.stop import catch_early
 
         catch_early()  # before the heavy imports: a stop signal is remembered from here on
-    module = importlib.import_module(f"{__package__}.commands.{COMMANDS[argv[0]]}")
+    module = importlib.import_module(f"{__package__}.commands.{modules[argv[0]]}")
     return module.main(argv[1:], f"cornernet {argv[0]}")
 
 

@@ -213,7 +213,7 @@ class Detector:
         meta = _export_metadata(path, entry)
         if "config" not in meta:
             raise ConfigError(f"{path} holds no export metadata: export it with "
-                              f"{hints.command('tools/export.py')}")
+                              f"{hints.command('export')}")
         record = meta.get("settings")
         if record is not None:
             system_config, db_config = snapshot_config(
@@ -270,8 +270,7 @@ def _export_metadata(path: Path, entry: Any) -> dict[str, Any]:
     except Exception as err:  # noqa: BLE001 - the runtime's own parse errors (InvalidProtobuf)
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
         raise UsageError(f"{path}: not a model {entry.name} can read ({type(err).__name__}: "
-                         f"{first}); name a file written by cornernet export "
-                         "(tools/export.py)") from None
+                         f"{first}); name a file written by {hints.command('export')}") from None
 
 
 def open_detector(config: str | None = None, snapshot: Path | None = None,

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.dbs import DatasetError, coco
-from core.dbs.coco import _without_masks, parse_instances
+from core.dbs import DatasetError, coco_parse
+from core.dbs.coco_parse import _without_masks, parse_instances
 
 
 def _content(rng: np.random.Generator) -> dict:
@@ -38,8 +38,8 @@ def _content(rng: np.random.Generator) -> dict:
 def _both(raw: bytes, path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, dict]:
     fast = parse_instances(raw, path)
     with monkeypatch.context() as patch:
-        patch.setattr(coco, "_fast_tables", lambda *args: None)
-        patch.setattr(coco, "_without_masks", lambda raw: (b"", 0))
+        patch.setattr(coco_parse, "_fast_tables", lambda *args: None)
+        patch.setattr(coco_parse, "_without_masks", lambda raw: (b"", 0))
         slow = parse_instances(raw, path)
     return fast, slow
 

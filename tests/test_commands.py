@@ -1,6 +1,7 @@
-"""The commands of cornernet/commands/: one contract each, the command's manners (usage lines,
---version, analyze's help), a process left as found, and cheap checks before expensive work
-(issue 39 item 5)."""
+"""The commands of cornernet/commands/: one table of them (core/utils/command_table.py) that the
+modules, the help and analyze's kinds agree with, one contract each, the command's manners (usage
+lines, --version, analyze's help), a process left as found, and cheap checks before expensive
+work (issue 39 item 5)."""
 
 from __future__ import annotations
 
@@ -16,14 +17,13 @@ import pytest
 import torch
 from _tiny_coco import make_tiny_coco
 
-from core.utils import hints
+from core.utils.command_table import COMMANDS, dispatch, kinds
 from cornernet.cli import main as cornernet
-from cornernet.commands import COMMANDS
+from cornernet.cli import usage
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = ["train", "test", "predict", "export", "analyze_results", "analyze_model", "check",
-           "convert", "benchmark", "submit", "plot"]
-# A command line of each that fails at once: a config that does not exist.
+MODULES = [row.module for row in COMMANDS]
+# A command line of each module that fails at once: a config that does not exist.
 FAILING = {"train": ["NoSuchCfg"], "test": ["NoSuchCfg"], "predict": ["NoSuchCfg", "--images",
            "x.jpg", "--out", "OUT"], "export": ["NoSuchCfg"], "analyze_results": ["NoSuchCfg"],
            "analyze_model": ["NoSuchCfg", "--device", "cpu"], "check": ["NoSuchCfg"],
@@ -41,8 +41,28 @@ def test_every_command_has_the_one_contract():
         module = command(name)
         assert callable(module.parse_args) and callable(module.main), name
         assert hasattr(module.run, "__wrapped__"), f"{name}.run does not keep the process"
-    assert set(COMMANDS) == {"train", "test", "predict", "export", "analyze", "check",
-                             "convert", "benchmark", "submit", "plot"}
+
+
+def test_every_module_of_the_commands_is_a_row_of_the_table_and_every_row_a_module():
+    """A command added in one place only fails here: a module without a row, a row without a
+    module, a group's kind (analyze) that is not the table's."""
+    files = {path.stem for path in (ROOT / "cornernet" / "commands").glob("*.py")
+             if path.stem != "__init__"}
+    assert files == set(MODULES) | set(dispatch().values())
+    assert len(set(MODULES)) == len(MODULES) and len({row.words for row in COMMANDS}) == \
+        len(COMMANDS)
+    assert set(FAILING) == set(MODULES)  # each new command gets its process test below
+    assert command("analyze").KINDS == kinds("analyze") == {"results": "analyze_results",
+                                                            "model": "analyze_model"}
+    assert list(dispatch()) == ["train", "test", "predict", "export", "analyze", "check",
+                                "convert", "benchmark", "submit", "plot"]
+
+
+def test_cornernet_help_lists_every_row_of_the_table_in_its_order():
+    rows = usage().split("commands:\n")[1].splitlines()
+    assert [line[2:18].strip() for line in rows] == [row.words for row in COMMANDS]
+    assert "  train            train a detector (train.py)\n" in usage()
+    assert "  analyze model    parameters, FLOPs and activation memory of a model\n" in usage()
 
 
 @pytest.mark.parametrize("name", MODULES)
@@ -112,8 +132,8 @@ HELP = {("train",): ["--iter", "--workers", "--set"],
         ("check",): ["--config-dir"], ("convert",): ["yolo2coco", "coco2yolo"],
         ("benchmark",): ["--rows", "--keep-float", "--calib-images"],
         ("submit",): ["--nodes"], ("plot",): ["--out"]}
-# The checkout's script of each (core/utils/hints.py), by the words of its command.
-SCRIPTS = {tuple(words.split()): script for script, words in hints.COMMANDS.items()}
+# The checkout's script of each (the table's), by the words of its command.
+SCRIPTS = {tuple(row.words.split()): row.script for row in COMMANDS}
 
 
 def help_of(*command: str) -> tuple[str, set[str]]:
@@ -126,7 +146,6 @@ def help_of(*command: str) -> tuple[str, set[str]]:
 
 
 def test_the_help_table_holds_every_subcommand_and_its_script():
-    assert {words[0] for words in HELP} == set(COMMANDS)
     assert set(SCRIPTS) == set(HELP)
 
 

@@ -1,5 +1,6 @@
-"""The package is the program: the checkout's entry scripts only call their command, no module
-imports a script, and nothing runs a file by path or reaches into sys.path."""
+"""The package is the program: the checkout's entry scripts are the command table's, each only
+calls its row's command, no module imports a script, and nothing runs a file by path or reaches
+into sys.path."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from pathlib import Path
 
 import tomllib
 
+from core.utils.command_table import COMMANDS
+
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ["train.py", "test.py", "demo.py", *sorted(
-    p.relative_to(ROOT).as_posix() for p in (ROOT / "tools").glob("*.py"))]
+# The checkout's entry scripts: its root's Python files but the build's, and tools/*.py.
+SCRIPTS = sorted(p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("*.py"),
+                                                          *(ROOT / "tools").glob("*.py")]
+                 if p.name != "setup.py")
 SCRIPT_NAMES = {"train", "test", "demo", *(Path(s).stem for s in SCRIPTS)}
 PRODUCT = [p for folder in ("core", "cornernet") for p in (ROOT / folder).rglob("*.py")]
 
@@ -25,16 +30,20 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def test_every_entry_script_imports_only_its_command():
-    commands = set()
+def test_the_entry_scripts_are_the_command_table_s():
+    """A script added without its row, or a row whose script is missing, fails here."""
+    assert sorted(SCRIPTS) == sorted(row.script for row in COMMANDS)
+
+
+def test_every_entry_script_imports_only_its_row_s_command():
+    module_of = {row.script: f"cornernet.commands.{row.module}" for row in COMMANDS}
     for script in SCRIPTS:
         ours = {name for name in imports(ROOT / script) if name not in ("sys", "pathlib")}
         called = {name for name in ours if name.startswith("cornernet.commands.")}
-        assert len(called) == 1, (script, ours)
+        assert called == {module_of.get(script)}, (script, ours)
         # train.py's early catch; OpenMP's passive wait, set before torch is imported
         assert ours - called <= {"core.engine.stop", "core.utils.threads"}, (script, ours)
-        commands |= called
-    assert len(commands) == len(SCRIPTS)  # each script its own command
+        assert f'main(prog="{script}")' in (ROOT / script).read_text(), script
 
 
 def test_no_module_of_the_package_imports_a_script():

@@ -17,7 +17,7 @@ from _coco_counts import VAL, facts
 from _yolo_voc import write_voc
 
 from core.dbs import DatasetError
-from core.dbs.coco import ZERO_SIZE, parse_instances
+from core.dbs.coco_parse import ZERO_SIZE, parse_instances
 from core.dbs.convert import coco_to_yolo, to_coco
 from core.dbs.converted import Problems
 from core.dbs.voc import read_split as read_voc

@@ -117,7 +117,7 @@ def test_images_in_two_splits_are_warned_about(tmp_path):
     assert said == [("warning: 1 of the 6 images of split 'train' are also in split 'val' (same "
                     "file or same bytes, e.g. images/train/train3.jpg = images/val/copy.jpg); "
                     "scores on them are inflated: remove them from one split "
-                    "(tools/check_data.py lists them)")]
+                    "(python tools/check_data.py lists them)")]
     val = datasets["YOLO"](db_config, split="val", sys_config=system)
     said.clear()
     assert warn_split_overlap(system, db_config, val, "val", said.append) == 1

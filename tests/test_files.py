@@ -22,7 +22,7 @@ from core.config import SystemConfig, check_db_config
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.data.ring import image_bytes, ring_slots, shm_need
-from core.sample import samplers
+from core.sample import sampling_functions
 from core.utils import files
 from core.utils.files import (
     DiskFull,
@@ -315,10 +315,9 @@ def test_disk_free_reads_the_nearest_existing_folder(tmp_path):
 
 
 # ---------------------------------------------------------------------------- shared memory
-@pytest.mark.parametrize("sampling", sorted(samplers))  # every sampling function
+@pytest.mark.parametrize("sampling", sorted(sampling_functions))  # every one
 def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
     from core.dbs import datasets
-    from core.sample import layouts
 
     system = SystemConfig().update_config({
         "batch_size": 3, "sampling_function": sampling, "cache_dir": str(tmp_path)})
@@ -327,13 +326,13 @@ def test_image_bytes_matches_a_real_batch(coco128, tmp_path, sampling):
                  "annotation_files": {"all": str(coco128 / "annotations" /
                                                  "instances_coco128.json")}}
     db = datasets["COCO"](db_config, split="all", sys_config=system)
-    batch, _ = samplers[sampling](db, 0, 3, data_aug=True)
+    batch, _ = sampling_functions[sampling].batch(db, 0, 3, data_aug=True)
     arrays = sum(v.nbytes for v in batch.values() if hasattr(v, "nbytes"))
     assert arrays == 3 * image_bytes(db.configs, sampling)
     # the batch is its declared layout, array by array
     assert {key: (v.shape, v.dtype) for key, v in batch.items() if key != "meta"} == {
         key: ((3, *shape), np.dtype(dtype))
-        for key, (shape, dtype) in layouts[sampling](db.configs).items()}
+        for key, (shape, dtype) in sampling_functions[sampling].layout(db.configs).items()}
 
 
 def test_shm_need_is_what_the_prefetcher_allocates():

@@ -141,10 +141,16 @@ def test_train_test_and_predict_from_an_empty_folder(installed, tmp_path):
                 if "pip install" in line or "matplotlib" in line or "generating" in line]
 
 
-def test_hints_name_the_installed_forms(installed, tmp_path):
+def test_the_layout_and_the_hints_are_the_installed_ones(installed, tmp_path):
+    """No checkout: data under the working folder, the configs the package ships, and hints in
+    the installed command's form."""
     bin_dir, env = installed
-    code = ("from core.utils import hints; print(hints.is_checkout()); "
-            "print(hints.install('onnx')); print(hints.command('tools/export.py', 'X'))")
+    code = ("from core.utils import hints, layout; print(layout.is_checkout()); "
+            "print(layout.PROJECT_ROOT); "
+            "print(layout.CONFIG_DIR.relative_to(layout.INSTALL_ROOT)); "
+            "print(hints.install('onnx')); print(hints.command('export', 'X')); "
+            "print(hints.command('analyze model'))")
     done = call([bin_dir / "python", "-c", code], tmp_path, env)
-    assert done.stdout.splitlines() == ["False", 'pip install "cornernet-lite-modern[onnx]"',
-                                        "cornernet export X"]
+    assert done.stdout.splitlines() == ["False", str(tmp_path), "cornernet/configs",
+                                        'pip install "cornernet-lite-modern[onnx]"',
+                                        "cornernet export X", "cornernet analyze model"]

@@ -227,3 +227,48 @@ def test_load_config_needs_nothing_imported_before_it(tmp_path):
     assert lines[0] == "CornerNet_Tiny True"
     assert lines[1].startswith("refused:") and "image_dirs" in lines[1]
     assert lines[2] == "False"
+
+
+def test_a_command_puts_back_the_folder_argv_warnings_and_logging(tmp_path):
+    """What tests/_inproc.py needs put back after a script is on the one list (KEPT) too."""
+    import logging
+    import warnings
+
+    from core.engine.process import process_kept
+
+    cwd, argv, filters = os.getcwd(), list(sys.argv), list(warnings.filters)
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    with process_kept():
+        os.chdir(tmp_path)
+        sys.argv[:] = ["elsewhere.py", "--flag"]
+        warnings.simplefilter("error")
+        root.addHandler(logging.NullHandler())
+        root.setLevel(logging.DEBUG)
+    assert os.getcwd() == cwd and sys.argv == argv and warnings.filters == filters
+    assert root.handlers == handlers and root.level == level
+
+
+def test_a_command_releases_the_locks_its_thread_took_and_no_other(tmp_path):
+    """The caller's lock, and one another thread takes meanwhile (a second command on a web
+    server's thread), stay; the command's own is released however it ends."""
+    from core.engine.process import process_kept
+    from core.utils import lock
+
+    callers, others, mine = (tmp_path / name for name in ("caller", "other", "mine"))
+    for folder in (callers, others, mine):
+        folder.mkdir()
+    lock.acquire(callers, print)
+    try:
+        with pytest.raises(RuntimeError), process_kept():
+            lock.acquire(mine, print)
+            worker = threading.Thread(target=lock.acquire, args=(others, print))
+            worker.start()
+            worker.join()
+            raise RuntimeError("the command fails")
+        assert not (mine / lock.NAME).exists()
+        assert (callers / lock.NAME).is_file() and (others / lock.NAME).is_file()
+        assert lock.held() == [callers / lock.NAME, others / lock.NAME]
+    finally:
+        lock.release_all()
+    assert lock.held() == [] and not (callers / lock.NAME).exists()

@@ -281,11 +281,11 @@ def test_attention_cells_mark_centres_at_the_scale_of_the_object_size(coco128, c
 @pytest.mark.parametrize("config, sampler", SAMPLERS)
 def test_the_original_call_form_builds_what_the_values_form_builds(coco128, cache_dir, config,
                                                                    sampler):
-    from core.sample import samplers
+    from core.sample import sampling_function
 
     batches = []
     for build in (lambda db: data_sampling_func[sampler](system_config(3), db, 5),
-                  lambda db: samplers[sampler](db, 5, 3)):
+                  lambda db: sampling_function(sampler).batch(db, 5, 3)):
         db = coco128_db(coco128, config, cache_dir)
         db.set_rng(np.random.default_rng(4))
         batches.append(build(db))

@@ -18,6 +18,7 @@ from _tools import load_tool
 
 from core.config.rules import unit_interval
 from core.utils import lock
+from core.utils.command_table import COMMANDS
 
 # A sitecustomize that makes `import core` fail unless the checkout itself is on sys.path, as
 # on a machine where the project was never installed.
@@ -35,10 +36,9 @@ class Hide:
 sys.meta_path.insert(0, Hide())
 """
 
-TOOLS = ["tools/analyze_model.py", "tools/analyze_results.py", "tools/export.py",
-         "tools/plot_metrics.py", "tools/submit.py", "tools/check_data.py", "tools/convert.py",
-         "tools/benchmark.py", "train.py", "test.py", "demo.py", "bench/bench_deploy.py",
-         "bench/bench_models.py", "bench/bench_shapes_generation.py"]
+# Every script of the command table, and the bench scripts that import the checkout.
+TOOLS = [*(row.script for row in COMMANDS), "bench/bench_deploy.py", "bench/bench_models.py",
+         "bench/bench_shapes_generation.py"]
 
 
 @pytest.mark.parametrize("text", ["nan", "-0.1", "1.5", "inf", "abc"])

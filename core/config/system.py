@@ -4,7 +4,8 @@ Every key has a default and a type. Updating with an unknown key or a value of t
 an error that names the key and the closest valid one, so a typo never trains silently with a
 default. Relative paths (data, cache, results) resolve against the project root (the checkout),
 not against the current directory, so `train.py` and `test.py` behave the same from anywhere; an
-installed package (`pip install .`, no checkout) resolves them against the working directory.
+installed package (`pip install .`, no checkout) resolves them against the working directory
+(core/utils/layout.py says which this is, and where the shipped configs are).
 
 Configs are found by name: in `--config-dir` when one is given, else in `configs/` of the working
 directory first and then among the shipped ones (the checkout's configs/, or the installed
@@ -20,17 +21,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, closest
+from ..utils.layout import CONFIG_DIR, PROJECT_ROOT
 from .dataset_settings import DatasetSettings, resolve_path
 from .db_keys import declared_keys
 from .fine_tune import fine_tune_changes
 from .overrides import parse_overrides
 from .rules import NAME, check_db_rules, check_finite, check_system_rules
-
-_INSTALL_ROOT = Path(__file__).resolve().parents[2]  # the checkout, or site-packages
-_CHECKOUT = (_INSTALL_ROOT / "pyproject.toml").is_file() and (_INSTALL_ROOT / "configs").is_dir()
-PROJECT_ROOT = _INSTALL_ROOT if _CHECKOUT else Path.cwd()
-# The shipped configs: the checkout's, or the package data of an installed `cornernet`.
-CONFIG_DIR = _INSTALL_ROOT / "configs" if _CHECKOUT else _INSTALL_ROOT / "cornernet" / "configs"
 
 _NUMBER = (int, float)
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ..dbs.converted import image_size
+from ..sample import sampling_function
 from ..sample.cornernet import cornernet_view
 from ..sample.utils import place_boxes, render_view
 
@@ -103,7 +104,7 @@ def settings_advice(db: Any, sampling: str, samples: int = 64, seed: int = 0,
     """The advice for the training split `db` (see the module docstring): image and object
     sizes, the crop loss today, the changes and the crop loss under them, the `--set` line.
     The db keys in `held` (set by the user) are not changed, nor the others of their group."""
-    if sampling != "cornernet":
+    if not sampling_function(sampling).advice:
         return {"note": f"no settings advice for sampling_function '{sampling}' (its crops "
                         f"are drawn around objects)"}
     sizes, small, objects = [], [], []

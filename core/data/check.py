@@ -26,10 +26,10 @@ import torch
 from ..dbs import datasets
 from ..dbs.converted import IMAGE_SUFFIXES
 from ..errors import UserMistake
-from ..sample.cornernet import cornernet_view
-from ..sample.cornernet_saccade import saccade_view
+from ..sample import sampling_function
 from ..sample.render import render_targets
 from ..sample.utils import place_boxes, render_view
+from ..utils import hints
 from ..utils.files import write_file_atomic
 from ..utils.images import ImageReadError, read_image
 from ..utils.vis import draw_batch
@@ -92,10 +92,7 @@ def _box_tables(db: Any) -> dict[str, Any]:
 def _crop_cuts(boxes: np.ndarray, image: np.ndarray, sampling: str, configs: dict,
                rng: np.random.Generator) -> list[float]:
     """The share of each object's area that one training view of `image` keeps (0: removed)."""
-    if sampling == "cornernet_saccade":
-        view = saccade_view(rng, image.shape[:2], boxes, configs)
-    else:
-        view = cornernet_view(rng, image.shape[:2], configs)
+    view = sampling_function(sampling).view(rng, image.shape[:2], boxes, configs)
     in_h, in_w = configs["input_size"]
     placement = render_view(image, view, np.zeros((in_h, in_w, 3), np.uint8))
     whole = boxes[:, :4].astype(np.float64) * np.tile(placement.a, 2) + np.tile(placement.b, 2)
@@ -298,7 +295,7 @@ def warn_split_overlap(system_config: Any, db_config: dict, db: Any, split: str,
     if pairs:
         log(f"warning: {len(pairs)} of the {len(db)} images of split '{split}' are also in "
             f"split '{other}' (same file or same bytes, e.g. {pairs[0][0]} = {pairs[0][1]}); "
-            f"scores on them are inflated: remove them from one split (tools/check_data.py "
+            f"scores on them are inflated: remove them from one split ({hints.command('check')} "
             f"lists them)")
     return len(pairs)
 

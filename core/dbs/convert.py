@@ -39,7 +39,7 @@ from core.utils.files import (
     write_file_atomic,
 )
 
-from .coco import parse_instances
+from .coco_parse import parse_instances
 from .converted import Problems
 from .detection import DatasetError
 

@@ -26,7 +26,8 @@ import cv2
 from core.config import DatasetSettings
 from core.utils.files import StorageError, write_file_atomic
 
-from .coco import CLIPPED, COCO, dropped_why
+from .coco import COCO
+from .coco_parse import CLIPPED, dropped_why
 from .detection import DatasetError
 
 IMAGE_SUFFIXES = (".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from ..utils import hints
 from .runtimes import Int8, Runtime, register
 from .unavailable import CompileUnavailable, MissingOnnxRuntime, MissingOpenVino
 
@@ -55,7 +56,7 @@ register(Runtime(
     unavailable=(CompileUnavailable,), exact=("fp32", "compile"),
     rows={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "bf16", "compile")}))
 register(Runtime(
-    "onnxruntime", "the file tools/export.py wrote, in onnxruntime", ("fp32",),
+    "onnxruntime", f"the file {hints.command('export')} wrote, in onnxruntime", ("fp32",),
     Later(lambda: _onnx_runtime().open_onnx), suffixes=(".onnx",),
     read_metadata=Later(lambda: _onnx_runtime().file_metadata),
     unavailable=(MissingOnnxRuntime,), exact=("fp32",), rows={"cpu": ("fp32", "int8")},
@@ -63,7 +64,8 @@ register(Runtime(
 # f32: the CPU plugin computes in float32 (equal to torch within the parity tolerance);
 # default: what it picks for speed (bf16 on CPUs with bf16 units, else f32).
 register(Runtime(
-    "openvino", "the file tools/export.py wrote (or its IR), in OpenVINO's CPU plugin",
+    "openvino", f"the file {hints.command('export')} wrote (or its IR), in OpenVINO's CPU "
+    "plugin",
     ("f32", "default"), Later(lambda: _openvino_runtime().open_openvino), suffixes=(".xml",),
     read_metadata=Later(lambda: _openvino_runtime().file_metadata),
     unavailable=(MissingOpenVino,), exact=("f32",), rows={"cpu": ("f32", "default", "int8")},

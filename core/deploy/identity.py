@@ -31,7 +31,7 @@ def check_identity(meta: dict[str, Any], path: Path, system_config: Any, testite
     """A one-line UsageError unless the exported file `path` (metadata `meta`) holds the
     weights of snapshot `testiter` that are asked for (see the module docstring). Without the
     snapshot file (only the export was copied) the iteration alone is compared."""
-    export = hints.command("tools/export.py", f"{system_config.snapshot_name} --testiter "
+    export = hints.command("export", f"{system_config.snapshot_name} --testiter "
                            f"{testiter}" + (" --raw-weights" if raw_weights else ""))
     missing = [key for key in IDENTITY_KEYS if key not in meta]
     if missing:

@@ -57,7 +57,7 @@ def check_config(meta: dict[str, Any], path: Path, config: str, categories: int)
         raise UsageError(
             f"{path} was exported from config {meta.get('config', '?')} with "
             f"{meta.get('categories', '?')} classes, not {config} with {categories}: "
-            f"export {config} with {hints.command('tools/export.py', config)} or pass its file "
+            f"export {config} with {hints.command('export', config)} or pass its file "
             "to --onnx")
 
 
@@ -96,7 +96,7 @@ class OnnxNetwork:
         except Exception as err:  # noqa: BLE001 - onnxruntime raises its own plain types
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise UsageError(f"{path} is not a readable ONNX file ({first}); export it again "
-                             f"with {hints.command('tools/export.py')}") from None
+                             f"with {hints.command('export')}") from None
         self.path = path
         self.meta = read_metadata(self.session)
         check_config(self.meta, path, config, categories)
@@ -117,7 +117,7 @@ class OnnxNetwork:
         if largest is not None and max(shape[2:]) > largest:
             raise UsageError(f"{self.path} is exact for inputs up to {largest} pixels a side, "
                              f"not {tuple(shape)}: export it again with a larger --max-map "
-                             f"({hints.command('tools/export.py', '... --max-map N')}) or "
+                             f"({hints.command('export', '... --max-map N')}) or "
                              "test at a smaller "
                              "scale")
 

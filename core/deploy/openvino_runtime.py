@@ -61,7 +61,7 @@ def read_model(path: Path) -> Any:
         first = next((line.strip() for line in text.splitlines() if line.strip()),
                      type(err).__name__)
         raise UsageError(f"{path} is not a readable ONNX or OpenVINO IR file ({first[:200]}); "
-                         f"export it again with {hints.command('tools/export.py')}") from None
+                         f"export it again with {hints.command('export')}") from None
 
 
 def model_metadata(model: Any) -> dict[str, Any]:

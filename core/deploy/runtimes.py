@@ -97,7 +97,7 @@ class Runtime:
                                     "train first or pick another snapshot (--testiter)")
         path = Path(file) if file is not None else onnx_file(system_config, testiter)
         if not path.is_file():
-            export = hints.command("tools/export.py",
+            export = hints.command("export",
                                    f"{system_config.snapshot_name} --testiter {testiter}")
             raise UsageError(f"no exported file {path}: write it with {export} or name one "
                              "with --onnx")

@@ -21,6 +21,7 @@ import torch
 
 from ..errors import ConfigError
 from ..utils import dist as dist_utils
+from ..utils import hints
 
 _NEEDED = ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NNODES", "SLURM_JOB_NODELIST")
 # Ports the derived rendezvous uses: above the well-known and registered services most clusters
@@ -78,8 +79,9 @@ def slurm_task(env: Mapping[str, str] | None = None) -> SlurmTask:
     env = os.environ if env is None else env
     missing = [name for name in _NEEDED if not env.get(name)]
     if missing:
-        raise ConfigError(f"started by srun but {', '.join(missing)} not set; run train.py "
-                          f"with `srun` inside an allocation (sbatch/salloc)")
+        raise ConfigError(f"started by srun but {', '.join(missing)} not set; run "
+                          f"{hints.command('train')} with `srun` inside an allocation "
+                          f"(sbatch/salloc)")
     try:
         rank, world, local, nodes = (int(env[name]) for name in _NEEDED[:4])
     except ValueError as err:

@@ -161,7 +161,7 @@ def write_run_report(folder: Path, evaluated: Path | None, log: Callable[[str], 
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        log(NO_MATPLOTLIB.format(plot=hints.command("tools/plot_metrics.py")))
+        log(NO_MATPLOTLIB.format(plot=hints.command("plot")))
         return []
     written: list[Path] = []
     try:

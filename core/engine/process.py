@@ -4,8 +4,9 @@ leaves to the caller.
 A command runs in its caller's process: `cornernet.train()` in a notebook, `evaluate()` on a
 web server's thread. `KEPT` is the one list of what a command may change for the whole process
 and puts back when its `run` returns or raises (`process_kept`, which every command's `run` and
-`main` go through, and which tests/_inproc.py uses for the scripts it runs); `CALLER_OWNS` is
-what it leaves as it is, and why.
+`main` go through, and which tests/_inproc.py wraps around each script it runs in-process, so
+that the test process is after it as a fresh process would have left it); `CALLER_OWNS` is what
+it leaves as it is, and why.
 
 - Signal handlers belong to the main thread: Python runs them there, and only there may they be
   installed. On any other thread a command installs none (core/engine/stop.py), so Ctrl-C and
@@ -21,14 +22,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..utils import lock
 from ..utils.procs import leave_if_reimported
 from ..utils.threads import torch_own_threads
 from .stop import signals_here
@@ -70,6 +74,40 @@ def _put_environ(saved: dict[str, str]) -> None:
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def _put_cwd(saved: str) -> None:
+    if os.getcwd() != saved:
+        os.chdir(saved)
+
+
+def _put_argv(saved: list[str]) -> None:
+    if sys.argv != saved:
+        sys.argv[:] = saved
+
+
+def _warning_filters() -> list:
+    return list(warnings.filters)
+
+
+def _put_warning_filters(saved: list) -> None:
+    if warnings.filters != saved:
+        warnings.resetwarnings()  # tells the modules' warning registries that the filters changed
+        warnings.filters[:] = saved
+
+
+def _logging() -> tuple[list, int]:
+    root = logging.getLogger()
+    return list(root.handlers), root.level
+
+
+def _put_logging(saved: tuple[list, int]) -> None:
+    root = logging.getLogger()
+    handlers, level = saved
+    if root.handlers != handlers:
+        root.handlers[:] = handlers
+    if root.level != level:
+        root.setLevel(level)
 
 
 def _threads() -> int | None:
@@ -151,6 +189,13 @@ KEPT: tuple[Kept, ...] = (
     Kept("the calling thread's signal mask", _mask,
          lambda saved: signal.pthread_sigmask(signal.SIG_SETMASK, saved)),
     Kept("the environment (os.environ)", lambda: dict(os.environ), _put_environ),
+    Kept("the working folder", os.getcwd, _put_cwd),
+    Kept("sys.argv", lambda: list(sys.argv), _put_argv),
+    Kept("the warning filters", _warning_filters, _put_warning_filters),
+    Kept("the root logger's handlers and level", _logging, _put_logging),
+    Kept("the locks of snapshot and results folders (those the command's thread took are "
+         "released)", lock.held,
+         lambda saved: lock.release_all(keep=saved, thread=threading.get_ident())),
     Kept("torch's thread count (torch's own where the command imported torch)", _threads,
          _put_threads),
     Kept("torch's deterministic algorithms and their warn_only; cuDNN's deterministic and "
@@ -163,11 +208,8 @@ KEPT: tuple[Kept, ...] = (
 
 # What a command leaves as it is, and why.
 CALLER_OWNS: tuple[str, ...] = (
-    "the working folder and sys.argv: no command changes them",
-    "warning filters and logging handlers: no command changes them",
     "torch's inter-op thread count: no command sets it (torch allows it once per process)",
     "the random state of a GPU whose CUDA the command initialised: the caller had none yet",
-    "the locks of snapshot and results folders: each command releases its own (core.utils.lock)",
     "imported modules and the prefetch workers' fork server, kept for the next command",
     "a Detector's threads= (set when it is made, as asked)",
 )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from ..nnet.checkpoint import numbered
+from ..utils import hints
 from ..utils.dist import check_ranks_agree
 from ..utils.files import move_aside
 from .schedule import due
@@ -189,7 +190,8 @@ def set_aside_later_best(path: Path, start: int, log: Callable[[str], None]) -> 
     aside = move_aside(path)
     what = (f"iteration {record['iteration']}, AP {record['AP']:.4f}" if record is not None
             else "unreadable")
+    test = hints.command("test", f"{path.stem.rsplit('_', 1)[0]} --testiter "
+                                 f"{aside.stem.split('_')[-1]}")
     log(f"moved {path.name} ({what}) aside to {aside.name}: it is not the best of this run's "
-        f"history up to iteration {start}; nothing was deleted (test.py --testiter "
-        f"{aside.stem.split('_')[-1]} evaluates it)")
+        f"history up to iteration {start}; nothing was deleted ({test} evaluates it)")
     return aside

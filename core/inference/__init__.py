@@ -1,7 +1,7 @@
-"""Inference and evaluation: per sampling function how to detect (`registry.test_func`), the
+"""Inference and evaluation: per sampling function how to detect (`registry.inference_of`), the
 test loop (`loop.detect`) and COCO scoring (`coco_eval.score`).
 
-`test_func[system.sampling_function]` is an `Inference`: `prepare(db, image (H, W, 3) uint8
+`inference_of(system.sampling_function)` is an `Inference`: `prepare(db, image (H, W, 3) uint8
 BGR)` does the CPU work that can overlap with the network (it runs in a reader thread), and
 `run(db, nnet, prepared list, timer)` returns per image {cls 1..C: (n, 5) float32 [x1, y1, x2,
 y2, score]} in image pixels. `Inference.__call__(db, nnet, image)` does both for one image.

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import UsageError
+from ..utils import hints
 
 STEPS = ("C75", "C50", "Loc", "Sim", "Oth", "BG", "FN")
 RECALLS = np.linspace(0.0, 1.0, 101)  # the evaluator's recall points
@@ -218,8 +219,8 @@ def read_json(path: Path, what: str) -> object:
     except OSError as err:
         raise UsageError(f"cannot read {what} {path}: {err.strerror or err}") from None
     except (ValueError, RecursionError) as err:
-        raise UsageError(f"{what} {path} is damaged ({err}); run test.py again to write it"
-                         ) from None
+        raise UsageError(f"{what} {path} is damaged ({err}); run {hints.command('test')} "
+                         f"again to write it") from None
 
 
 def _check_results(results: object, results_file: Path, images: set[int],
@@ -228,7 +229,8 @@ def _check_results(results: object, results_file: Path, images: set[int],
     image and a category of the annotation file; else one UsageError saying which."""
     if not isinstance(results, list):
         raise UsageError(f"{results_file} is not a COCO results list (it holds a "
-                         f"{type(results).__name__}); run test.py again to write it")
+                         f"{type(results).__name__}); run {hints.command('test')} again to "
+                         f"write it")
     foreign_images, foreign_classes = set(), set()
     for k, entry in enumerate(results):
         try:
@@ -239,8 +241,8 @@ def _check_results(results: object, results_file: Path, images: set[int],
         except (KeyError, TypeError, ValueError) as err:
             raise UsageError(f"{results_file}: detection {k} is not a COCO result "
                              f"(image_id, category_id, bbox [x, y, w, h], score): "
-                             f"{type(err).__name__} {err}; run test.py again to write it"
-                             ) from None
+                             f"{type(err).__name__} {err}; run {hints.command('test')} again "
+                             f"to write it") from None
         if image not in images:
             foreign_images.add(image)
         if category not in categories:
@@ -250,7 +252,7 @@ def _check_results(results: object, results_file: Path, images: set[int],
             ([f"category ids {sorted(foreign_classes)[:5]}"] if foreign_classes else [])
         raise UsageError(f"{results_file} names {' and '.join(parts)} that {annotation_file} "
                          f"does not have: these results are of another dataset or split; run "
-                         f"test.py on this one again")
+                         f"{hints.command('test')} on this one again")
 
 
 def read_run(annotation_file: Path, results_file: Path, image_ids: Iterable[int] | None = None

@@ -30,8 +30,7 @@ from core.utils.images import ImageReadError
 from core.utils.threads import ThreadGovernor, choose_threads, set_torch_threads
 from core.utils.threads import governor as threads_governor
 
-from ..errors import lookup
-from .registry import Inference, test_func
+from .registry import Inference, inference_of
 from .timing import StageTimer, decode_clock
 
 if TYPE_CHECKING:
@@ -142,8 +141,7 @@ def detect(db: DETECTION, nnet: Network, system_config: Any, inds: Sequence[int]
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    inference: Inference = lookup(test_func, system_config.sampling_function,
-                                  "sampling function")
+    inference: Inference = inference_of(system_config.sampling_function)
     inds = [int(ind) for ind in inds]
     run = DetectionRun(image_ids=[db.image_id(ind) for ind in inds], at_once=max(1, workers))
     timer = StageTimer()

@@ -1,4 +1,9 @@
-"""The inference of each sampling function: `test_func[system.sampling_function]`."""
+"""The inference of each sampling function: `inference_of(system.sampling_function)`.
+
+The sampling functions are core/sample's one registry; their inference (this floor's code, which
+core/sample cannot import) is attached here to each record of it. `test_func` is the original's
+name for the same, by name.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..sample import CORNERNET, CORNERNET_SACCADE, SamplingFunction, sampling_function
 from .cornernet import prepare_cornernet, run_cornernet
 from .cornernet_saccade import cornernet_saccade_inference
 from .timing import StageTimer
@@ -36,7 +42,14 @@ def run_saccade(db: Any, nnet: Any, images: list[np.ndarray],
         return [cornernet_saccade_inference(db, nnet, image) for image in images]
 
 
-test_func = {
-    "cornernet": Inference(prepare_cornernet, run_cornernet),
-    "cornernet_saccade": Inference(_whole_image, run_saccade),
+_INFERENCES: dict[SamplingFunction, Inference] = {
+    CORNERNET: Inference(prepare_cornernet, run_cornernet),
+    CORNERNET_SACCADE: Inference(_whole_image, run_saccade),
 }
+test_func = {fn.name: inference for fn, inference in _INFERENCES.items()}
+
+
+def inference_of(name: str) -> Inference:
+    """How sampling function `name` detects; a ConfigError listing the valid names for an unknown
+    one."""
+    return _INFERENCES[sampling_function(name)]

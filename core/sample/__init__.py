@@ -1,6 +1,11 @@
-"""Training-sample builders, selected by `system.sampling_function`.
+"""Training-sample builders, selected by `system.sampling_function`: the one registry of sampling
+functions, `sampling_functions` (`sampling_function(name)` looks one up; an unknown name lists
+the valid ones). Each is a `SamplingFunction` record: its batch, its layout, the original's call
+form, its training view of one image and whether settings advice applies to it; its inference is
+core/inference/registry.py's, found by this record.
 
-    batch, k_ind = samplers[name](db, k_ind, batch_size, data_aug=True, strict_images=False)
+    batch, k_ind = sampling_function(name).batch(db, k_ind, batch_size, data_aug=True,
+                                                 strict_images=False)
 
 builds `batch_size` images from position `k_ind` of `db.db_inds` (calling `db.shuffle_inds()`
 whenever the position wraps to 0) and returns the batch and the next position. All randomness
@@ -43,47 +48,96 @@ cornernet_saccade adds:
 Dense targets are rendered from these records on the training device by
 `core.sample.render.render_targets`.
 
-Each sampling function declares its batch layout, `layouts[name](db.configs)`: key -> (shape of
-one image's array, dtype), from which it allocates its batch; `image_bytes` is what one image
-takes in a prefetch ring slot (core/data/ring.py), read from that declaration.
+Each sampling function declares its batch layout, `sampling_function(name).layout(db.configs)`:
+key -> (shape of one image's array, dtype), from which it allocates its batch; `image_bytes` is
+what one image takes in a prefetch ring slot (core/data/ring.py), read from that declaration.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from core.errors import lookup
-from core.sample.cornernet import Layout, cornernet, cornernet_batch, cornernet_layout
+from core.sample.cornernet import (
+    Layout,
+    cornernet,
+    cornernet_batch,
+    cornernet_layout,
+    cornernet_view,
+)
 from core.sample.cornernet_saccade import (
     cornernet_saccade,
     cornernet_saccade_batch,
     cornernet_saccade_layout,
+    saccade_view,
 )
+from core.sample.utils import View
 
-samplers = {"cornernet": cornernet_batch, "cornernet_saccade": cornernet_saccade_batch}
-layouts: dict[str, Callable[[dict], Layout]] = {"cornernet": cornernet_layout,
-                                                "cornernet_saccade": cornernet_saccade_layout}
-data_sampling_func = {"cornernet": cornernet, "cornernet_saccade": cornernet_saccade}
+
+@dataclass(frozen=True, eq=False)
+class SamplingFunction:
+    """One sampling function (`system.sampling_function`).
+
+    Args:
+        name: what system.sampling_function names.
+        batch: `batch(db, k_ind, batch_size, *, data_aug, strict_images) -> (batch, k_ind)`.
+        layout: `layout(db.configs)`: its batch's arrays, key -> (one image's shape, dtype).
+        original: the original's call form, `original(system_config, db, k_ind, data_aug)`.
+        view: one training view of an image, `view(rng, (H, W), boxes (N, 4), configs)`, as
+            its batch draws it (core/data/check.py measures what the crops cut).
+        advice: whether the settings advice (core/data/advice.py), which measures random crops
+            of the whole image, applies; False where its crops are drawn around objects.
+    """
+
+    name: str
+    batch: Callable[..., tuple[dict, int]]
+    layout: Callable[[dict], Layout]
+    original: Callable[..., tuple[dict, int]]
+    view: Callable[[np.random.Generator, tuple[int, int], np.ndarray, dict], View]
+    advice: bool
+
+
+def _cornernet_view(rng: np.random.Generator, image_hw: tuple[int, int], boxes: Any,
+                    configs: dict) -> View:
+    """CornerNet's view: a crop that does not look at the objects (`boxes` is unused)."""
+    return cornernet_view(rng, image_hw, configs)
+
+
+CORNERNET = SamplingFunction("cornernet", cornernet_batch, cornernet_layout, cornernet,
+                             _cornernet_view, advice=True)
+CORNERNET_SACCADE = SamplingFunction("cornernet_saccade", cornernet_saccade_batch,
+                                     cornernet_saccade_layout, cornernet_saccade, saccade_view,
+                                     advice=False)
+sampling_functions: dict[str, SamplingFunction] = {fn.name: fn for fn in (CORNERNET,
+                                                                          CORNERNET_SACCADE)}
+# The original's name and call form: `data_sampling_func[name](system_config, db, k_ind)`.
+data_sampling_func = {name: fn.original for name, fn in sampling_functions.items()}
+
+
+def sampling_function(name: str) -> SamplingFunction:
+    """The sampling function `name`; a ConfigError listing the valid names for an unknown one."""
+    return lookup(sampling_functions, name, "sampling function")
 
 
 def image_bytes(configs: dict, name: str) -> int:
     """Bytes one image takes in a batch of sampling function `name`: the sum over its declared
-    layout (`layouts`) of each array's elements times its item size."""
-    layout = lookup(layouts, name, "sampling function")(configs)
+    layout of each array's elements times its item size."""
+    layout = sampling_function(name).layout(configs)
     return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
                for shape, dtype in layout.values())
 
 
 def sampler(name: str, strict_images: bool = False) -> Callable:
-    """`samplers[name]` with strict_images bound: `sample(db, k_ind, batch_size, data_aug=)`.
-    Picklable, for the prefetch workers. An unknown name lists the valid ones."""
-    build = lookup(samplers, name, "sampling function")
-    return functools.partial(build, strict_images=strict_images)
+    """The batch of sampling function `name` with strict_images bound: `sample(db, k_ind,
+    batch_size, data_aug=)`. Picklable, for the prefetch workers."""
+    return functools.partial(sampling_function(name).batch, strict_images=strict_images)
 
 
-__all__ = ["Layout", "cornernet", "cornernet_batch", "cornernet_saccade",
-           "cornernet_saccade_batch", "data_sampling_func", "image_bytes", "layouts", "sampler",
-           "samplers"]
+__all__ = ["CORNERNET", "CORNERNET_SACCADE", "Layout", "SamplingFunction", "cornernet",
+           "cornernet_batch", "cornernet_saccade", "cornernet_saccade_batch", "data_sampling_func",
+           "image_bytes", "sampler", "sampling_function", "sampling_functions"]

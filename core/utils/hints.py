@@ -1,44 +1,20 @@
 """What a hint tells the user to run, in the form that works where the code runs.
 
-A checkout (the `core` package beside this project's pyproject.toml) has the scripts and an
-editable install: `python tools/export.py ...`, `pip install -e ".[plot]"`. An installed
-distribution (`pip install cornernet-lite-modern`, no checkout) has the `cornernet` command and
-the package's name: `cornernet export ...`, `pip install "cornernet-lite-modern[plot]"`. Every
-message that names a command, an extra or a file of the repository asks here.
+A checkout (core/utils/layout.py) has the scripts and an editable install: `python
+tools/export.py ...`, `pip install -e ".[plot]"`. An installed distribution (`pip install
+cornernet-lite-modern`, no checkout) has the `cornernet` command and the package's name:
+`cornernet export ...`, `pip install "cornernet-lite-modern[plot]"`. Every message that names a
+command, an extra or a file of the repository asks here; it names a command by its words in the
+one table (core/utils/command_table.py), never by a script.
 """
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
+from .command_table import command as row_of
+from .layout import DISTRIBUTION, is_checkout
 
-DISTRIBUTION = "cornernet-lite-modern"
-ROOT = Path(__file__).resolve().parents[2]  # the checkout's root when this is a checkout
-
-# a checkout's script -> the installed `cornernet` subcommand that runs it
-COMMANDS: dict[str, str] = {
-    "train.py": "train", "test.py": "test", "demo.py": "predict",
-    "tools/export.py": "export", "tools/analyze_results.py": "analyze results",
-    "tools/analyze_model.py": "analyze model", "tools/check_data.py": "check",
-    "tools/convert.py": "convert", "tools/benchmark.py": "benchmark",
-    "tools/plot_metrics.py": "plot", "tools/submit.py": "submit",
-}
 # the parity tolerance, where the checkout's reference README states it
 TOLERANCE_DOC = "tests/data/reference/README.md section 6"
-
-
-@functools.cache
-def is_checkout(root: Path = ROOT) -> bool:
-    """Whether `root` is this project's checkout: a pyproject.toml that names this project
-    beside the `core` package (an installed `core` lies in site-packages, with no such file)."""
-    project = root / "pyproject.toml"
-    if not (project.is_file() and (root / "core").is_dir()):
-        return False
-    try:
-        text = project.read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return f'name = "{DISTRIBUTION}"' in text
 
 
 def install(extra: str, checkout: bool | None = None) -> str:
@@ -48,11 +24,12 @@ def install(extra: str, checkout: bool | None = None) -> str:
     return f'pip install "{DISTRIBUTION}[{extra}]"'
 
 
-def command(script: str, args: str = "", checkout: bool | None = None) -> str:
-    """How to run a checkout's `script` (a key of COMMANDS) with `args`: `python <script>` in a
-    checkout, `cornernet <command>` installed."""
+def command(words: str, args: str = "", checkout: bool | None = None) -> str:
+    """How to run the command `words` ("export", "analyze results") with `args`: `python
+    <its script>` in a checkout, `cornernet <words>` installed."""
+    row = row_of(words)
     checkout = is_checkout() if checkout is None else checkout
-    head = f"python {script}" if checkout else f"cornernet {COMMANDS[script]}"
+    head = f"python {row.script}" if checkout else f"cornernet {row.words}"
     return f"{head} {args}".rstrip()
 
 

@@ -12,14 +12,15 @@ import contextlib
 import json
 import os
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..errors import ConfigError
 from .procs import is_alive, process_identity
 
 NAME = ".lock"
-_held: list[Path] = []
+_held: dict[Path, int] = {}  # each lock file this process holds -> the thread that took it
 
 
 def acquire(folder: Path, log: Callable[[str], None],
@@ -40,7 +41,7 @@ def acquire(folder: Path, log: Callable[[str], None],
             continue
         with os.fdopen(fd, "w") as file:
             file.write(mine)
-        _held.append(path)
+        _held[path] = threading.get_ident()
         return path
     raise ConfigError(f"{folder} is being locked by another run at this moment ({path}); "
                       f"start one run per snapshot folder")
@@ -67,11 +68,21 @@ def _take_over_if_stale(path: Path, log: Callable[[str], None], elsewhere: str) 
     path.unlink(missing_ok=True)
 
 
-def release_all() -> None:
-    """Remove the locks this process holds (at the end of the run, however it ended)."""
-    while _held:
+def held() -> list[Path]:
+    """The lock files this process holds now, oldest first."""
+    return list(_held)
+
+
+def release_all(keep: Iterable[Path] = (), thread: int | None = None) -> None:
+    """Remove the locks this process holds (at the end of the run, however it ended), but those
+    in `keep`; with `thread`, only those that thread took (a command run on one thread leaves
+    another's locks alone)."""
+    keep = set(keep)
+    for path in [path for path, taker in _held.items()
+                 if path not in keep and thread in (None, taker)]:
+        del _held[path]
         with contextlib.suppress(OSError):
-            _held.pop().unlink()
+            path.unlink()
 
 
 def remove_empty(*folders: Path) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import importlib
 import sys
 
-KINDS = {"results": "analyze_results", "model": "analyze_model"}
+from core.utils.command_table import kinds
+
+KINDS = kinds("analyze")
 USAGE = ("usage: cornernet analyze {results,model} ...   (cornernet analyze results --help, "
          "cornernet analyze model --help)")
 

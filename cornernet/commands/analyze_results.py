@@ -102,7 +102,7 @@ def missing_results(path: Path, options: AnalyzeResultsOptions, system_config: S
                     testiter: int | str) -> str:
     """The line for a results folder without `path`: the test command that writes it (with this
     --split and --suffix), and which splits and suffixes of this snapshot were evaluated."""
-    command = hints.command("test.py", f"{options.cfg_file} --testiter {testiter} --split "
+    command = hints.command("test", f"{options.cfg_file} --testiter {testiter} --split "
                             f"{options.split}"
                             + (f" --suffix {options.suffix}" if options.suffix else ""))
     roles = {getattr(system_config, key): role for role, key in reversed(SPLITS.items())}
@@ -166,7 +166,7 @@ def run(options: AnalyzeResultsOptions, log: Callable[[str], None] = print) -> d
             and isinstance(summary.get("annotation_file"), str)):
         raise UsageError(f"{summary_file} lacks num_images or annotation_file (written by "
                          f"another version?); run "
-                         f"{hints.command('test.py', f'{options.cfg_file} --testiter {testiter}')}"
+                         f"{hints.command('test', f'{options.cfg_file} --testiter {testiter}')}"
                          " again")
     db = lookup(datasets, system_config.dataset, "dataset")(db_config, split=split,
                                                             sys_config=system_config)

@@ -99,7 +99,7 @@ def _submitit() -> Any:
     try:
         import submitit
     except ImportError:
-        raise UsageError(f"{hints.command('tools/submit.py')} needs submitit: "
+        raise UsageError(f"{hints.command('submit')} needs submitit: "
                          f"{hints.install('submitit')}") from None
     return submitit
 
