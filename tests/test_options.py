@@ -72,3 +72,26 @@ def test_overrides_as_pairs_change_the_config_as_set_texts_do():
                                                         ("db__input_size", [255, 255])))
     assert as_pairs[0].max_iter == as_text[0].max_iter == 7
     assert as_pairs[1]["input_size"] == as_text[1]["input_size"] == [255, 255]
+
+
+NAMES = ["a"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Registered(DebugOptions):
+    name: str | None = option(None, "--name", choices=lambda: tuple(NAMES),
+                              help=lambda: "one of " + ", ".join(NAMES))
+
+
+def test_choices_and_help_given_as_functions_are_read_when_the_parser_is_built(capsys):
+    NAMES.append("b")  # registered after the class was declared
+    try:
+        assert parse(Registered, ["--name", "b"], "example").name == "b"
+        with pytest.raises(SystemExit):
+            parse(Registered, ["--help"], "example")
+        assert "one of a, b" in capsys.readouterr().out
+        with pytest.raises(SystemExit):
+            parse(Registered, ["--name", "c"], "example")
+        assert "invalid choice: 'c'" in capsys.readouterr().err
+    finally:
+        NAMES.remove("b")

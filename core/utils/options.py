@@ -31,9 +31,11 @@ class Cli:
 
     Attributes:
         flags: the option strings ("--workers"); empty for a positional argument.
-        help: the help text (may hold argparse's %(default)s).
+        help: the help text (may hold argparse's %(default)s); or a function returning it,
+            called when the parser is built (a text that lists a registry).
         parse: text -> value (raises ValueError on bad text); None: the text itself.
-        choices: the accepted values, when a fixed few.
+        choices: the accepted values, when a fixed few; or a function returning them, called
+            when the parser is built (the names a registry holds then).
         metavar: the placeholder shown in usage.
         nargs: argparse's nargs ("+", "*", "?", or a count); a list becomes a tuple.
         negatable: a bool option that also takes --no-<flag> (argparse's BooleanOptionalAction).
@@ -42,9 +44,9 @@ class Cli:
     """
 
     flags: tuple[str, ...] = ()
-    help: str | None = None
+    help: str | Callable[[], str] | None = None
     parse: Callable[[str], Any] | None = None
-    choices: Sequence[Any] | None = None
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
     metavar: str | None = None
     nargs: int | str | None = None
     negatable: bool = False
@@ -52,8 +54,9 @@ class Cli:
     hidden: bool = False
 
 
-def option(default: Any = MISSING, *flags: str, help: str | None = None,
-           parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
+def option(default: Any = MISSING, *flags: str, help: str | Callable[[], str] | None = None,
+           parse: Callable[[str], Any] | None = None,
+           choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
            metavar: str | None = None, nargs: int | str | None = None, negatable: bool = False,
            const: Any = None, hidden: bool = False, factory: Callable[[], Any] | None = None
            ) -> Any:
