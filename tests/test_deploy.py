@@ -17,7 +17,7 @@ import torch
 from _onnx import IMAGE, copy_export, open_db, snapshot_folder
 from _tools import ROOT, load_tool
 
-from core.deploy.export import compare_outputs
+from core.deploy.onnx_graph import compare_outputs
 from core.deploy.onnx_runtime import OnnxNetwork, quantize_onnxruntime
 from core.deploy.openvino_runtime import (
     MissingOpenVino,

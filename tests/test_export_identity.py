@@ -13,8 +13,8 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
-from core.deploy.export import metadata, snapshot_weights, weights_digest
 from core.deploy.identity import check_identity
+from core.deploy.onnx_graph import metadata, snapshot_weights, weights_digest
 from core.errors import UsageError
 from core.nnet.py_factory import NetworkFactory
 from core.utils import files

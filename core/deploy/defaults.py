@@ -1,6 +1,6 @@
 """The defaults and choices of the deploy options a command line shows, without torch:
 `cornernet export --max-map` and `cornernet benchmark --keep-float/--calib-images` print them
-in their --help, which imports no torch; core/deploy/export.py and quantize.py take them from
+in their --help, which imports no torch; core/deploy/onnx_graph.py and quantize.py take them from
 here.
 """
 

@@ -135,8 +135,8 @@ def holds_snapshot(onnx: Path, system_config: Any, testiter: Any) -> bool:
     """Whether `onnx` is an export of snapshot `testiter`'s current weights (its recorded
     identity, as the runtimes check it): a file missing, unreadable, from before the identity,
     of another iteration or of weights trained since is exported again, not failed on."""
-    from core.deploy.export import META_KEYS
     from core.deploy.identity import check_identity
+    from core.deploy.onnx_graph import META_KEYS
 
     if not onnx.is_file():
         return False
@@ -238,7 +238,7 @@ def measure(row: str, args: argparse.Namespace, system_config: Any, db: Any, tes
             files: dict[str, Path | str], image: torch.Tensor,
             reference: list) -> dict[str, Any]:
     """One row of the table; its failures are its `check`. `image`: one input (1, 3, H, W)."""
-    from core.deploy.export import compare_outputs
+    from core.deploy.onnx_graph import compare_outputs
     from core.inference.cornernet import decode_kwargs
     from core.inference.loop import detect
 

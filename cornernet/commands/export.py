@@ -123,7 +123,9 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
     import torch
 
     from core.dbs import DatasetError, datasets
-    from core.deploy.export import (
+    from core.deploy.identity import onnx_file
+    from core.deploy.network import InferenceNetwork
+    from core.deploy.onnx_graph import (
         DeployGraph,
         compare_outputs,
         describe_sizes,
@@ -133,8 +135,6 @@ def run(args: argparse.Namespace, log: Callable[[str], None] = print) -> Path:
         size_rule,
         weights_digest,
     )
-    from core.deploy.identity import onnx_file
-    from core.deploy.network import InferenceNetwork
     from core.deploy.onnx_runtime import OnnxNetwork
     from core.deploy.openvino_runtime import openvino, write_openvino_ir
     from core.inference.cornernet import decode_kwargs, network_input, resize_and_pad
