@@ -6,15 +6,14 @@ precisions, suffixes, benchmark rows) and the functions that open, read and quan
 This project's three (torch, onnxruntime, OpenVINO) are registered by core/deploy/builtin.py
 (core/deploy/__init__.py imports it) with functions that import their modules, and torch,
 onnxruntime or OpenVINO with them, only when first called. This module imports no torch either,
-so a parser that lists the runtimes (`add_runtime_args`) prints its --help at once. A runtime of
-another package is one module that calls `register` when it is imported. test.py, demo.py,
-`cornernet.Detector` and tools/benchmark.py ask `runtime(name)`, `runtime_of(file)` and
-`open_network`; none of them compares a runtime's name.
+so a parser that lists the runtimes (`core.deploy.options.RuntimeOptions`) prints its --help at
+once. A runtime of another package is one module that calls `register` when it is imported.
+test.py, demo.py, `cornernet.Detector` and tools/benchmark.py ask `runtime(name)`,
+`runtime_of(file)` and `open_network`; none of them compares a runtime's name.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -163,27 +162,6 @@ def runtime_of(path: Path, name: str | None = None) -> Runtime:
         raise UsageError(f"{path}: no runtime opens a {suffix or 'suffixless'} file alone "
                          f"(known: {', '.join(known)}); name the runtime")
     return found
-
-
-def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """--runtime, --onnx, --precision and --threads, as test.py and demo.py take them."""
-    parser.add_argument("--runtime", choices=tuple(RUNTIMES), default=None,
-                        help=f"default {DEFAULT} (a file alone: the runtime its suffix names); "
-                             + "; ".join(f"{entry.name}: {entry.summary}"
-                                         for entry in RUNTIMES.values()))
-    parser.add_argument("--onnx", type=Path, default=None, metavar="PATH",
-                        help="with a runtime of exported files: the file (an .onnx, or for "
-                             "openvino also an IR .xml; default: the exported file of the "
-                             "snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
-    parser.add_argument("--precision", default=None,
-                        help="the runtime's precision (default: its first); " + "; ".join(
-                            f"{entry.name}: {', '.join(entry.precisions)}"
-                            for entry in RUNTIMES.values()))
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads (default: OMP_NUM_THREADS, else the CPUs this process "
-                             "may use); test computes as many images at once (at most 4) on "
-                             "them; threads wait passively unless OMP_WAIT_POLICY says "
-                             "otherwise")
 
 
 def open_network(name: str | None, system_config: Any, db: Any, testiter: int | str,
