@@ -245,7 +245,7 @@ def test_a_failing_export_leaves_the_previous_file_and_no_temporary_one(exported
     # The graph the export produces is iteration 0's: it cannot reproduce iteration 5's torch
     # outputs, so the check fails for real (and no minutes are spent exporting again).
     old = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
-    monkeypatch.setattr("core.deploy.onnx_graph.export_onnx", lambda *args: (old, ["detections"]))
+    monkeypatch.setattr("core.deploy.exporter.export_onnx", lambda *args: (old, ["detections"]))
     with pytest.raises(RuntimeError, match="does not reproduce torch.*was not written"):
         tool.run(tool.parse_args(["CocoTiny", "--testiter", "5", "--config-dir",
                                    str(root / "configs"), "--out", str(out), "--image",

@@ -42,6 +42,16 @@ class Int8:
 
 
 @dataclass(frozen=True)
+class Convert:
+    """How a runtime makes a file of its own from the checked .onnx an export wrote (OpenVINO's
+    IR); `cornernet export` writes it beside the .onnx for that runtime."""
+
+    what: str  # the file in words, for the export's report: "OpenVINO IR, float32"
+    write: Callable[[Path], Path]  # the .onnx file -> the file written beside it
+    require: Callable[[], Any]  # raises the runtime's `unavailable` error when it cannot write
+
+
+@dataclass(frozen=True)
 class Runtime:
     """One runtime: what it opens, at which precisions, and where it runs.
 
@@ -62,6 +72,7 @@ class Runtime:
         unavailable: the errors it raises when its package is missing (a benchmark row says
             "not available" rather than "failed").
         int8: its INT8 copy, where it has one.
+        convert: the file of its own an export writes beside the .onnx, where it has one.
     """
 
     name: str
@@ -75,6 +86,7 @@ class Runtime:
     rows: dict[str, tuple[str, ...]] = field(default_factory=dict)
     unavailable: tuple[type[BaseException], ...] = ()
     int8: Int8 | None = None
+    convert: Convert | None = None
 
     def precision(self, asked: str | None) -> str:
         """`asked` when this runtime has it (its default for None), else a one-line error."""
