@@ -13,6 +13,7 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
+from core.deploy.comparison import holds_snapshot
 from core.deploy.exporter import check_out
 from core.deploy.identity import check_identity
 from core.deploy.onnx_graph import metadata, snapshot_weights, weights_digest
@@ -147,9 +148,8 @@ def test_the_benchmark_exports_again_a_file_of_another_iteration_or_unreadable(t
     onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
     system_config, nnet = tiny
     nnet.load_params(0, model_only=True)
-    benchmark = load_tool("benchmark")
     path = tmp_path / "CocoTiny_0.onnx"
-    assert not benchmark.holds_snapshot(path, system_config, 0)  # missing
+    assert not holds_snapshot(path, system_config, 0)  # missing
 
     def write(meta):
         graph = onnx.helper.make_graph(
@@ -161,10 +161,10 @@ def test_the_benchmark_exports_again_a_file_of_another_iteration_or_unreadable(t
         onnx.save(model, path)
 
     write(meta_of(nnet, 0))
-    assert benchmark.holds_snapshot(path, system_config, 0)
+    assert holds_snapshot(path, system_config, 0)
     write(meta_of(nnet, 5))  # another iteration's export under this name
-    assert not benchmark.holds_snapshot(path, system_config, 0)
+    assert not holds_snapshot(path, system_config, 0)
     write({key: value for key, value in meta_of(nnet, 0).items() if key != "digest"})
-    assert not benchmark.holds_snapshot(path, system_config, 0)  # from before the identity
+    assert not holds_snapshot(path, system_config, 0)  # from before the identity
     path.write_bytes(path.read_bytes()[:20])  # truncated
-    assert not benchmark.holds_snapshot(path, system_config, 0)
+    assert not holds_snapshot(path, system_config, 0)

@@ -176,6 +176,24 @@ def runtime_of(path: Path, name: str | None = None) -> Runtime:
     return found
 
 
+def all_rows() -> list[str]:
+    """Every benchmark row (`runtime:precision`) a registered runtime can measure."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.row_names()]
+
+
+def default_rows(device_type: str) -> list[str]:
+    """The benchmark rows measured by default on a device of this type, as each runtime
+    declares them."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.rows.get(device_type, ())]
+
+
+def unavailable() -> tuple[type[BaseException], ...]:
+    """What a runtime raises when its package, compiler or GPU is missing."""
+    return (ImportError, *(kind for entry in RUNTIMES.values() for kind in entry.unavailable))
+
+
 def open_network(name: str | None, system_config: Any, db: Any, testiter: int | str,
                  device: str | None, onnx: Path | None = None,
                  raw_weights: bool = False, precision: str | None = None,
