@@ -126,11 +126,13 @@ def _snapshot(snapshot: int | str | Path | None) -> int | str | Path | None:
 def _options(cls: type, config: str, snapshot: int | str | Path | None,
              keywords: dict[str, Any]) -> Any:
     """The options value `cls` of a call: keywords that are its fields set them (None: the
-    default), the others are settings of the config (as --set)."""
+    default), the others are settings of the config, as --set writes them (`db__input_size`
+    is db.input_size)."""
     from core.utils.options import split_keywords
 
-    fields, overrides = split_keywords(cls, keywords)
+    fields, settings = split_keywords(cls, keywords)
     given = {key: value for key, value in fields.items() if value is not None}
+    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
     return cls(cfg_file=config, testiter=_snapshot(snapshot), overrides=overrides, **given)
 
 
