@@ -133,27 +133,29 @@ def _meta(path):
 def test_detector_and_api_exports_find_the_boxes_of_the_commands_file(spread_export, coco128,
                                                                       tmp_path, capsys):
     pytest.importorskip("onnxscript", reason="the onnx extra: pip install -e '.[onnx]'")
-    root = copy_export(spread_export, coco128, tmp_path / "tiny")
+    root = copy_export(spread_export, coco128, tmp_path)
+    out = tmp_path / "exports"
+    out.mkdir()
     command_file = snapshot_folder(root) / "CocoTiny_0.onnx"  # what `cornernet export` wrote
     image_path = coco128 / "images" / IMAGE
 
     detector = Detector.from_snapshot(snapshot_folder(root) / "CocoTiny_0.pkl", device="cpu")
-    report = detector.export(tmp_path / "m.onnx", image=image_path)
-    assert report.files == (tmp_path / "m.onnx",) and report.passed
+    report = detector.export(out / "m.onnx", image=image_path)
+    assert report.files == (out / "m.onnx",) and report.passed
     assert report.identity == {key: _meta(command_file)[key] for key in
                                ("iteration", "weights", "digest", "max_side")}
     assert capsys.readouterr().out == ""  # the detector's export returns its report, quietly
 
-    api = cornernet.export("CocoTiny", 0, path=tmp_path / "api.onnx",
-                           config_dir=root / "configs", image=image_path)
-    assert api.files == (tmp_path / "api.onnx",) and api.identity == report.identity
+    api = cornernet.export("CocoTiny", 0, path=out / "api.onnx", config_dir=root / "configs",
+                           image=image_path)
+    assert api.files == (out / "api.onnx",) and api.identity == report.identity
     shown = capsys.readouterr().out  # as cornernet export prints it
-    assert "onnx.checker passed" in shown and f"wrote {tmp_path / 'api.onnx'}" in shown
+    assert "onnx.checker passed" in shown and f"wrote {out / 'api.onnx'}" in shown
 
     image = cv2.imread(str(image_path))
     expected = Detector.from_onnx(command_file, thresh=0.0).detect(image)
     assert len(expected.scores) > 0
-    for path in (tmp_path / "m.onnx", tmp_path / "api.onnx"):
+    for path in (out / "m.onnx", out / "api.onnx"):
         meta = _meta(path)
         assert meta["config"] == "CocoTiny" and meta["classes"] == _meta(command_file)["classes"]
         found = Detector.from_onnx(path, thresh=0.0).detect(image)
