@@ -6,6 +6,7 @@
         print(result.frame, result.boxes, result.names)
     cornernet.train("CornerNet_Tiny", max_iter=200)       # a TrainResult: status, best, AP
     cornernet.evaluate("CornerNet_Tiny", "best")          # the COCO metrics
+    cornernet.export("CornerNet_Tiny", "best")            # the checked .onnx: an ExportReport
 
 The names here are the public API; `core` is the engine behind it. They are imported when first
 used, so that the `cornernet` command (cornernet.cli) sets up the process (OpenMP's wait policy,
@@ -18,11 +19,11 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["Detector", "Result", "__version__", "benchmark", "evaluate", "train"]
+__all__ = ["Detector", "Result", "__version__", "benchmark", "evaluate", "export", "train"]
 # Each public name from the module it lives in, imported when first used: `import cornernet`
 # (and so `cornernet --help`, or a command's) costs no torch.
 _HOMES = {"Detector": "detector", "Result": "results", "benchmark": "api", "evaluate": "api",
-          "train": "api"}
+          "export": "api", "train": "api"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,5 @@
-"""`train`, `evaluate` and `benchmark` from Python: the commands' `run`, in this process.
+"""`train`, `evaluate`, `benchmark` and `export` from Python: the commands' `run`, in this
+process.
 
 Each returns what its command produced, built in memory (no file is read back), from any thread,
 and leaves the process as it found it (`core.engine.process.KEPT`: signal handlers, the
@@ -12,7 +13,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core.deploy.exporter import ExportReport
 
 
 @dataclass(frozen=True)
@@ -106,20 +110,55 @@ def evaluate(config: str, snapshot: int | str | None = None, *, split: str = "va
     return command.run(command.parse_args(_argv(config, config_dir, device, overrides, *more)))
 
 
-def benchmark(config: str, snapshot: int | str | None = None, *,
-              config_dir: str | Path | None = None, device: str | None = None,
-              rows: list[str] | None = None, images: int | None = None,
-              threads: list[int] | None = None, reps: int | None = None) -> list[dict]:
-    """`cornernet benchmark` of `config`'s snapshot: one dict per row (runtime, precision, AP,
-    AP50, ms, size_mb, check)."""
+def _snapshot(snapshot: int | str | Path | None) -> int | str | Path | None:
+    """A snapshot named in Python as on the command line: 12, "12", "best", or a file."""
+    from core.config import snapshot_or_file_arg
+    from core.errors import UsageError
+
+    if snapshot is None or isinstance(snapshot, (int, Path)):
+        return snapshot
+    try:
+        return snapshot_or_file_arg(str(snapshot))
+    except ValueError as err:
+        raise UsageError(f"snapshot {snapshot!r}: {err}") from None
+
+
+def _options(cls: type, config: str, snapshot: int | str | Path | None,
+             keywords: dict[str, Any]) -> Any:
+    """The options value `cls` of a call: keywords that are its fields set them (None: the
+    default), the others are settings of the config, as --set writes them (`db__input_size`
+    is db.input_size)."""
+    from core.utils.options import split_keywords
+
+    fields, settings = split_keywords(cls, keywords)
+    given = {key: value for key, value in fields.items() if value is not None}
+    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
+    return cls(cfg_file=config, testiter=_snapshot(snapshot), overrides=overrides, **given)
+
+
+def benchmark(config: str, snapshot: int | str | Path | None = None,
+              **keywords: Any) -> list[dict]:
+    """`cornernet benchmark` of `config`'s snapshot `snapshot` (an iteration, "best", or a
+    snapshot file; default the final one): one dict per row (runtime, precision, AP, AP50, ms,
+    size_mb, check), the table printed. Keywords are `BenchmarkOptions`' fields (`rows`,
+    `images`, `threads`, `reps`, `device`, `batch`, `json`, `config_dir`, ...), with its
+    defaults; other keywords are settings of the config, as for `train`."""
     from .commands import benchmark as command
 
-    argv = [config]
-    argv += ["--testiter", str(snapshot)] if snapshot is not None else []
-    argv += ["--config-dir", str(config_dir)] if config_dir is not None else []
-    argv += ["--device", device] if device is not None else []
-    argv += ["--rows", *rows] if rows else []
-    argv += ["--images", str(images)] if images is not None else []
-    argv += ["--threads", *map(str, threads)] if threads else []
-    argv += ["--reps", str(reps)] if reps is not None else []
-    return command.run(command.parse_args(argv))
+    return command.run(_options(command.BenchmarkOptions, config, snapshot, keywords))
+
+
+def export(config: str, snapshot: int | str | Path | None = None, *,
+           path: str | Path | None = None, runtime: str | None = None,
+           precision: str | None = None, **keywords: Any) -> ExportReport:
+    """`cornernet export` of `config`'s snapshot `snapshot` (an iteration, "best", or a
+    snapshot file; default the final one) to `path` (default: beside the snapshot), for
+    `runtime` (default onnxruntime; openvino also writes its IR, as --openvino) at `precision`
+    (default the runtime's first): the same checked files, the report printed and returned
+    (`ExportReport`: `files`, `identity`, `differences`, ...). Keywords are `ExportOptions`'
+    fields (`opset`, `max_map`, `raw_weights`, `image`, `config_dir`), with its defaults; other
+    keywords are settings of the config, as for `train`."""
+    from .commands import export as command
+
+    keywords = {**keywords, "out": path, "runtime": runtime, "precision": precision}
+    return command.run(_options(command.ExportOptions, config, snapshot, keywords))

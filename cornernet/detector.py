@@ -21,7 +21,7 @@ import argparse
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from core.config import (
 )
 from core.dbs import DatasetError, datasets
 from core.dbs.detection import DETECTION
+from core.deploy.defaults import DEFAULT_MAX_MAP, DEFAULT_OPSET
 from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
@@ -54,6 +55,9 @@ from core.utils.threads import use_threads
 from .defaults import DEFAULT_THRESH
 from .results import Result
 from .sources import as_image, frames
+
+if TYPE_CHECKING:
+    from core.deploy.exporter import ExportReport
 
 
 def check_thresh(value: Any) -> float:
@@ -259,6 +263,36 @@ class Detector:
 
     def __call__(self, source: Any) -> list[Result]:
         return list(self.predict(source))
+
+    # ---------------------------------------------------------------------------- export
+    def export(self, path: str | Path, runtime: str | None = None,
+               precision: str | None = None, *, image: str | Path | None = None,
+               opset: int = DEFAULT_OPSET, max_map: int = DEFAULT_MAX_MAP) -> ExportReport:
+        """Write this detector's weights to `path` as `cornernet export` writes a snapshot:
+        one ONNX graph with the decoding inside, checked against torch on `image` (default:
+        the config's first validation image) and recording the snapshot it holds; for
+        `runtime` (default onnxruntime; openvino also writes its IR beside it) at `precision`
+        (default the runtime's first). Returns the `ExportReport` (`files`, `identity`,
+        `differences`, `lines()`); raises `ExportCheckFailed` (nothing written) when the
+        graph does not reproduce torch. Needs a detector in torch with a snapshot of ours
+        (`from_snapshot`, `from_config`), whose iteration the file records."""
+        from core.deploy.exporter import check_db, export_copy, export_network
+
+        if not isinstance(self.network, InferenceNetwork):
+            raise UsageError(f"export takes the weights of a detector in torch, not "
+                             f"{type(self.network).__name__}: open it with from_snapshot or "
+                             "from_config")
+        if self.network.iteration is None:
+            raise UsageError("these weights record no iteration (an official state dict): "
+                             f"export them with {hints.command('tools/export.py')} <Cfg> "
+                             "--testiter <iteration>")
+        network = export_copy(self.network)
+        db = check_db(self.system_config, self.settings.configs)
+        return export_network(network, db, Path(path), None if image is None else Path(image),
+                              iteration=network.iteration,
+                              classes={"names": self.names, "ids": self.category_ids},
+                              runtime=runtime, precision=precision, opset=opset,
+                              max_map=max_map)
 
 
 def _export_metadata(path: Path, entry: Any) -> dict[str, Any]:

@@ -52,7 +52,14 @@ def _switch(field: dataclasses.Field, cli: Cli) -> bool:
     return field.default is False and cli.parse is None and cli.nargs is None
 
 
+def _now(value: Any) -> Any:
+    """A help text or choices given as a function (what a registry holds when the parser is
+    built, e.g. the runtimes registered so far), called; any other value as it is."""
+    return value() if callable(value) else value
+
+
 def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) -> None:
+    cli = dataclasses.replace(cli, help=_now(cli.help), choices=_now(cli.choices))
     kwargs: dict[str, Any] = {"help": argparse.SUPPRESS if cli.hidden else cli.help}
     if not cli.flags:  # positional
         if field.default is not MISSING or field.default_factory is not MISSING:

@@ -15,6 +15,8 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
+from core.deploy import measure
+from core.deploy.comparison import BenchmarkReport
 from core.inference.cornernet import network_input
 from core.nnet.py_factory import NetworkFactory
 
@@ -41,13 +43,13 @@ def argv_of(root, *more):
             "2", "--reps", "1", "--time-size", "127", *more]
 
 
-def test_columns_are_thread_counts_on_a_cpu_and_batch_sizes_on_a_gpu(bench_tool):
+def test_columns_are_thread_counts_on_a_cpu_and_batch_sizes_on_a_gpu():
     cpu, gpu = torch.device("cpu"), torch.device("cuda:0")
-    assert bench_tool.timings(cpu, [1, 2], [1]) == [("1", 1, 1), ("2", 2, 1)]
-    assert bench_tool.timings(cpu, [1, 2], [1, 8]) == [
+    assert measure.timings(cpu, [1, 2], [1]) == [("1", 1, 1), ("2", 2, 1)]
+    assert measure.timings(cpu, [1, 2], [1, 8]) == [
         ("1", 1, 1), ("1/b8", 1, 8), ("2", 2, 1), ("2/b8", 2, 8)]
-    assert bench_tool.timings(gpu, [1, 16], [1, 8]) == [("b1", 16, 1), ("b8", 16, 8)]
-    header = bench_tool.table([], ["1", "1/b8", "b1", "b8"]).splitlines()[0]
+    assert measure.timings(gpu, [1, 16], [1, 8]) == [("b1", 16, 1), ("b8", 16, 8)]
+    header = BenchmarkReport((), ("1", "1/b8", "b1", "b8"), "", "").table().splitlines()[0]
     assert "| ms @1 thr | ms/img @1 thr batch 8 | ms/img @batch 1 | ms/img @batch 8 |" in header
 
 
@@ -66,17 +68,17 @@ class Fixed:
         return (torch.zeros(len(images), 1, 8),)
 
 
-def test_a_batch_is_timed_per_image(bench_tool):
+def test_a_batch_is_timed_per_image():
     nnet = Fixed(0.08)
     image = torch.rand(1, 3, 31, 47)
-    one = bench_tool.ms_per_image(nnet, image, 1, {}, reps=2)
-    eight = bench_tool.ms_per_image(nnet, image, 8, {}, reps=2)
+    one = measure.ms_per_image(nnet, image, 1, {}, reps=2)
+    eight = measure.ms_per_image(nnet, image, 8, {}, reps=2)
     assert nnet.shapes == [(1, 3, 31, 47)] * 3 + [(8, 3, 31, 47)] * 3  # a warm-up, 2 runs
     assert 80 <= one < 200  # a call's time (a loaded machine sleeps longer, never shorter)
     assert 10 <= eight < 25  # the same call's time over 8 images
 
 
-def test_the_timed_batch_keeps_the_layout_test_py_feeds(bench_tool):
+def test_the_timed_batch_keeps_the_layout_test_py_feeds():
     """network_input gives channels-last memory, and the timed batch keeps it: CPU
     convolutions take another path for each layout (CornerNet_Tiny in bf16 autocast: 260 ms
     channels-last, 2577 ms in plain layout, which test.py never feeds)."""
@@ -85,19 +87,19 @@ def test_the_timed_batch_keeps_the_layout_test_py_feeds(bench_tool):
     image = network_input(canvas, (0.4, 0.4, 0.4), (0.3, 0.3, 0.3), "cpu")
     assert image.is_contiguous(memory_format=torch.channels_last)
     for batch in (1, 8):
-        bench_tool.ms_per_image(nnet, image, batch, {}, reps=1)
+        measure.ms_per_image(nnet, image, batch, {}, reps=1)
         assert nnet.shapes[-1] == (batch, 3, 31, 47) and nnet.channels_last
-    bench_tool.ms_per_image(nnet, image.contiguous(), 8, {}, reps=1)
+    measure.ms_per_image(nnet, image.contiguous(), 8, {}, reps=1)
     assert not nnet.channels_last  # the layout of the image it is given
 
 
-def test_a_gpu_is_synchronised_before_and_after_each_timed_run(bench_tool, monkeypatch):
+def test_a_gpu_is_synchronised_before_and_after_each_timed_run(monkeypatch):
     calls = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: calls.append("sync"))
-    bench_tool.median_seconds(lambda: calls.append("run"), 2, torch.device("cuda:0"))
+    measure.median_seconds(lambda: calls.append("run"), 2, torch.device("cuda:0"))
     assert calls == ["run", "sync", "run", "sync", "sync", "run", "sync"]
     calls.clear()
-    bench_tool.median_seconds(lambda: calls.append("run"), 2, torch.device("cpu"))
+    measure.median_seconds(lambda: calls.append("run"), 2, torch.device("cpu"))
     assert calls == ["run"] * 3
 
 
@@ -171,14 +173,14 @@ def test_torch_rows_at_batch_1_and_8(bench_tool, snapshot, tmp_path, monkeypatch
     rows_json = tmp_path / "rows.json"
     argv = argv_of(snapshot, "--device", "cpu", "--threads", "1", "--batch", "1", "8",
                    "--rows", "torch:fp32", "torch:bf16", "--json", str(rows_json))
-    timed = bench_tool.ms_per_image
+    timed = measure.ms_per_image
     layouts = []
 
     def ms_per_image(nnet, image, *args, **kwargs):
         layouts.append(image.is_contiguous(memory_format=torch.channels_last))
         return timed(nnet, image, *args, **kwargs)
 
-    monkeypatch.setattr(bench_tool, "ms_per_image", ms_per_image)
+    monkeypatch.setattr(measure, "ms_per_image", ms_per_image)
     assert bench_tool.main(argv) == 0
     fp32, bf16 = json.loads(rows_json.read_text())
     for row in (fp32, bf16):

@@ -17,7 +17,8 @@ import torch
 from _onnx import IMAGE, copy_export, open_db, snapshot_folder
 from _tools import ROOT, load_tool
 
-from core.deploy.export import compare_outputs
+from core.config import load_config
+from core.deploy.onnx_graph import compare_outputs
 from core.deploy.onnx_runtime import OnnxNetwork, quantize_onnxruntime
 from core.deploy.openvino_runtime import (
     MissingOpenVino,
@@ -180,32 +181,31 @@ def test_benchmark_rows_json_and_a_missing_runtime(exported, monkeypatch, tmp_pa
 
 def test_benchmark_exports_a_missing_onnx_file_in_process(spread_export, coco128, tmp_path,
                                                          monkeypatch):
-    """The branch of `prepare_files` that runs the export command (in this process, no script
-    by path) when the .onnx is missing (the export itself, with these arguments, is
-    spread_export's); its failure is each exported row's check, the torch rows need no file."""
+    """The branch of `prepare_files` that runs the export (core's `export_snapshot`, in this
+    process, no argv built) when the .onnx is missing (the export itself, with these values,
+    is spread_export's); its failure is each exported row's check, the torch rows need no
+    file."""
+    from core.deploy import exporter
+    from core.deploy.comparison import prepare_files
     from core.errors import ConfigError
-    from cornernet.commands import export as export_command
 
     root = copy_export(spread_export, coco128, tmp_path)
     (snapshot_folder(root) / "CocoTiny_0.onnx").unlink()
-    benchmark = load_tool("benchmark")
     started = []
 
-    def export(args, log=print):
-        started.append([args.cfg_file, args.testiter, args.config_dir])
+    def export(system_config, db_config, testiter, *args, **kwargs):
+        started.append((system_config.snapshot_name, testiter, args, kwargs))
         raise ConfigError("boom")
 
-    monkeypatch.setattr(export_command, "run", export)
-    args = benchmark.parse_args(["CocoTiny", "--testiter", "0", "--config-dir",
-                                 str(root / "configs")])
-    system_config, _ = open_db(root)
+    monkeypatch.setattr(exporter, "export_snapshot", export)
+    system_config, db_config = load_config("CocoTiny", root / "configs")
     rows = ["torch:fp32", "onnxruntime:fp32", "openvino:int8"]
-    files = benchmark.prepare_files(args, system_config, 0, rows)
-    assert started == [["CocoTiny", 0, root / "configs"]]
+    files = prepare_files(system_config, db_config, 0, rows)
+    assert started == [("CocoTiny", 0, (), {})]  # the snapshot's export, every default
     assert files == {"onnxruntime:fp32": "failed: export: boom",
                      "openvino:int8": "failed: export: boom"}
     started.clear()
-    assert benchmark.prepare_files(args, system_config, 0, ["torch:fp32"]) == {}
+    assert prepare_files(system_config, db_config, 0, ["torch:fp32"]) == {}
     assert started == []  # torch rows alone export nothing
 
 

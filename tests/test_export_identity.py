@@ -13,8 +13,10 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
-from core.deploy.export import metadata, snapshot_weights, weights_digest
+from core.deploy.comparison import holds_snapshot
+from core.deploy.exporter import check_out
 from core.deploy.identity import check_identity
+from core.deploy.onnx_graph import metadata, snapshot_weights, weights_digest
 from core.errors import UsageError
 from core.nnet.py_factory import NetworkFactory
 from core.utils import files
@@ -127,30 +129,27 @@ def test_an_opset_the_export_cannot_write_is_refused_before_exporting(opset, cap
 
 
 def test_an_out_that_is_a_folder_is_refused_before_the_export(tmp_path):
-    tool = load_tool("export")
     with pytest.raises(UsageError, match=f"--out {tmp_path} is a folder"):
-        tool.check_out(tmp_path, 1000)
+        check_out(tmp_path, 1000)
 
 
 def test_an_out_on_a_full_disk_is_refused_before_the_export_and_stale_temp_files_go(
         tmp_path, monkeypatch):
-    tool = load_tool("export")
     leftover = tmp_path / ".CocoTiny_0.onnx.999999999-1.tmp"  # a killed export's, pid gone
     leftover.write_bytes(b"partial")
-    tool.check_out(tmp_path / "CocoTiny_0.onnx", 1000)
+    check_out(tmp_path / "CocoTiny_0.onnx", 1000)
     assert not leftover.exists()
     monkeypatch.setattr(files, "disk_free", lambda folder: 1000)
     with pytest.raises(files.DiskFull, match="the exported file need .*point --out at"):
-        tool.check_out(tmp_path / "CocoTiny_0.onnx", 10**6)
+        check_out(tmp_path / "CocoTiny_0.onnx", 10**6)
 
 
 def test_the_benchmark_exports_again_a_file_of_another_iteration_or_unreadable(tiny, tmp_path):
     onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
     system_config, nnet = tiny
     nnet.load_params(0, model_only=True)
-    benchmark = load_tool("benchmark")
     path = tmp_path / "CocoTiny_0.onnx"
-    assert not benchmark.holds_snapshot(path, system_config, 0)  # missing
+    assert not holds_snapshot(path, system_config, 0)  # missing
 
     def write(meta):
         graph = onnx.helper.make_graph(
@@ -162,10 +161,10 @@ def test_the_benchmark_exports_again_a_file_of_another_iteration_or_unreadable(t
         onnx.save(model, path)
 
     write(meta_of(nnet, 0))
-    assert benchmark.holds_snapshot(path, system_config, 0)
+    assert holds_snapshot(path, system_config, 0)
     write(meta_of(nnet, 5))  # another iteration's export under this name
-    assert not benchmark.holds_snapshot(path, system_config, 0)
+    assert not holds_snapshot(path, system_config, 0)
     write({key: value for key, value in meta_of(nnet, 0).items() if key != "digest"})
-    assert not benchmark.holds_snapshot(path, system_config, 0)  # from before the identity
+    assert not holds_snapshot(path, system_config, 0)  # from before the identity
     path.write_bytes(path.read_bytes()[:20])  # truncated
-    assert not benchmark.holds_snapshot(path, system_config, 0)
+    assert not holds_snapshot(path, system_config, 0)

@@ -14,7 +14,7 @@ import torch
 from _onnx import spread_weights
 
 from core.config import load_config
-from core.deploy.export import (
+from core.deploy.onnx_graph import (
     DeployGraph,
     compare_outputs,
     export_onnx,

@@ -18,7 +18,7 @@ from _onnx import IMAGE, copy_export, open_db
 from _tiny_coco import inproc
 from _tools import load_tool
 
-from core.deploy.export import compare_outputs
+from core.deploy.onnx_graph import compare_outputs
 from core.deploy.onnx_runtime import OnnxNetwork
 from core.deploy.runtimes import open_network
 from core.errors import UsageError
@@ -245,7 +245,7 @@ def test_a_failing_export_leaves_the_previous_file_and_no_temporary_one(exported
     # The graph the export produces is iteration 0's: it cannot reproduce iteration 5's torch
     # outputs, so the check fails for real (and no minutes are spent exporting again).
     old = (root / "cache" / "nnet" / "CocoTiny" / "CocoTiny_0.onnx").read_bytes()
-    monkeypatch.setattr("core.deploy.export.export_onnx", lambda *args: (old, ["detections"]))
+    monkeypatch.setattr("core.deploy.exporter.export_onnx", lambda *args: (old, ["detections"]))
     with pytest.raises(RuntimeError, match="does not reproduce torch.*was not written"):
         tool.run(tool.parse_args(["CocoTiny", "--testiter", "5", "--config-dir",
                                    str(root / "configs"), "--out", str(out), "--image",

@@ -21,7 +21,7 @@ from _tools import load_tool
 
 from core.config import load_config
 from core.dbs import datasets
-from core.deploy.export import snapshot_weights, weights_digest
+from core.deploy.onnx_graph import snapshot_weights, weights_digest
 from core.nnet.py_factory import NetworkFactory
 
 onnx = pytest.importorskip("onnx", reason="the onnx extra: pip install -e '.[onnx]'")
@@ -114,10 +114,10 @@ def test_onnxruntime_raw_weights_are_filed_as_raw_and_equal_torchs_raw_weights(e
 KILLED_WHILE_WRITING = """
 import os, runpy, sys, time
 from pathlib import Path
-import core.deploy.export
+import core.deploy.exporter
 import core.utils.files as files
 graph, marker = Path(sys.argv[1]).read_bytes(), Path(sys.argv[2])
-core.deploy.export.export_onnx = lambda *args: (graph, ["detections"])
+core.deploy.exporter.export_onnx = lambda *args: (graph, ["detections"])
 write = files._FdWriter.write
 def half_then_wait(self, data):
     view = memoryview(data).cast("B")
@@ -159,7 +159,7 @@ def test_a_kill_9_during_the_write_keeps_the_previous_export_and_the_next_remove
     assert temps[0].exists()  # a dead writer's: the next export removes it
 
     tool = load_tool("export")
-    monkeypatch.setattr("core.deploy.export.export_onnx", lambda *args: (graph, ["detections"]))
-    assert tool.run(tool.parse_args(args)) == out
+    monkeypatch.setattr("core.deploy.exporter.export_onnx", lambda *args: (graph, ["detections"]))
+    assert tool.run(tool.parse_args(args)).files == (out,)
     assert [path.name for path in out.parent.iterdir()] == [out.name]
     assert out.read_bytes() == graph

@@ -124,3 +124,26 @@ def test_a_number_that_is_no_number_is_said_in_argparse_s_words(cls, argv, messa
     with pytest.raises(SystemExit) as done:
         parse(cls, argv, "example")
     assert done.value.code == 2 and message in capsys.readouterr().err
+
+
+NAMES = ["a"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Registered(DebugOptions):
+    name: str | None = option(None, "--name", choices=lambda: tuple(NAMES),
+                              help=lambda: "one of " + ", ".join(NAMES))
+
+
+def test_choices_and_help_given_as_functions_are_read_when_the_parser_is_built(capsys):
+    NAMES.append("b")  # registered after the class was declared
+    try:
+        assert parse(Registered, ["--name", "b"], "example").name == "b"
+        with pytest.raises(SystemExit):
+            parse(Registered, ["--help"], "example")
+        assert "one of a, b" in capsys.readouterr().out
+        with pytest.raises(SystemExit):
+            parse(Registered, ["--name", "c"], "example")
+        assert "invalid choice: 'c'" in capsys.readouterr().err
+    finally:
+        NAMES.remove("b")

@@ -130,7 +130,7 @@ def test_the_benchmark_offers_the_registered_runtimes_rows(wrapped):
     bench = load_tool("benchmark")
     assert "wrapped:plain" in bench.default_rows("cpu")
     assert "wrapped:plain" not in bench.default_rows("cuda")  # not declared for a GPU
-    assert bench.parse_args(["CocoTiny", "--rows", "wrapped:other"]).rows == ["wrapped:other"]
+    assert bench.parse_args(["CocoTiny", "--rows", "wrapped:other"]).rows == ("wrapped:other",)
 
 
 def broken_opener(path: Path, system_config: Any, db_config: dict, device: str, precision: str,

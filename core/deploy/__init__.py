@@ -4,10 +4,11 @@
 place that decides which runtime opens a name or a file. `builtin` registers this project's
 three, importing each one's module (and torch, onnxruntime or OpenVINO with it) only when a
 network is opened, a file read or an INT8 copy made in it; it is imported here, so that asking
-the registry finds them, and importing this package, the registry or `add_runtime_args` costs no
-torch. A runtime of another package registers itself when that package is imported. `export`
-writes the ONNX graph with decoding inside, `quantize` its INT8 copies, `machine` says what a
-benchmark ran on; `defaults` holds what their options default to, for the parsers.
+the registry finds them, and importing this package, the registry or `options` (the runtime
+options test and predict share) costs no torch. A runtime of another package registers itself
+when that package is imported. `onnx_graph` is the ONNX graph with decoding inside and its
+metadata, `quantize` its INT8 copies, `machine` says what a benchmark ran on; `defaults` holds
+what their options default to, for the parsers.
 """
 
 from . import builtin  # noqa: F401 - registers the built-in runtimes

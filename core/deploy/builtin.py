@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from ..utils import hints
-from .runtimes import Int8, Runtime, register
+from .runtimes import Convert, Int8, Runtime, register
 from .unavailable import CompileUnavailable, MissingOnnxRuntime, MissingOpenVino
 
 
@@ -69,4 +69,6 @@ register(Runtime(
     ("f32", "default"), Later(lambda: _openvino_runtime().open_openvino), suffixes=(".xml",),
     read_metadata=Later(lambda: _openvino_runtime().file_metadata),
     unavailable=(MissingOpenVino,), exact=("f32",), rows={"cpu": ("f32", "default", "int8")},
-    int8=Int8(".int8.xml", Later(lambda: _openvino_runtime().quantize_openvino))))
+    int8=Int8(".int8.xml", Later(lambda: _openvino_runtime().quantize_openvino)),
+    convert=Convert("OpenVINO IR, float32", Later(lambda: _openvino_runtime().write_openvino_ir),
+                    Later(lambda: _openvino_runtime().openvino))))

@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import UsageError
 from ..nnet.checkpoint import read_snapshot
 from ..utils import hints
-from .export import IDENTITY_KEYS, snapshot_weights, weights_digest
+from .onnx_graph import IDENTITY_KEYS, snapshot_weights, weights_digest
 
 
 def onnx_file(system_config: Any, testiter: int | str) -> Path:

@@ -88,6 +88,7 @@ class InferenceNetwork:
         self._amp = None if amp is torch.float16 and self.device.type != "cuda" else amp
         self._forward: Any = self.model  # the model, or its torch.compile (`compile`)
         self.evaluated_weights = "raw"
+        self.iteration: int | None = None  # the snapshot's, where it records one (`load`)
         # (names, category ids) the snapshot records (`checkpoint.recorded_classes`), or None
         self.classes: tuple[list[str], list[int]] | None = None
 
@@ -100,6 +101,9 @@ class InferenceNetwork:
             if differences:
                 raise ConfigError(f"{path} does not fit this config: {'; '.join(differences)}")
         weights, self.evaluated_weights = weights_of(snapshot, raw_weights)
+        iteration = snapshot.get("iteration") if snapshot.get("format") == SNAPSHOT_FORMAT \
+            else None
+        self.iteration = iteration if isinstance(iteration, int) else None
         self.classes = recorded_classes(snapshot.get("classes"), int(self.db_config["categories"]))
         try:
             load_original_state_dict(self.model, weights)

@@ -4,7 +4,7 @@
 
 Its network answers `test(images, **decode_kwargs)` as torch's does, so one `detect()` loop, one
 inference per sampling function and one scorer serve every runtime: only the network and the
-decoding (inside the graph) differ. The graph's metadata (see core/deploy/export.py) must name
+decoding (inside the graph) differ. The graph's metadata (see core/deploy/onnx_graph.py) must name
 the config and class count being evaluated, and the decode settings it was exported with must be
 the ones asked for; anything else is a one-line error saying what to do. That the file is the
 export of the snapshot asked for is checked for every exported runtime alike
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.deploy.export import CALIBRATION, INPUT_NAME, META_KEYS, describe_sizes, fits
+from core.deploy.onnx_graph import CALIBRATION, INPUT_NAME, META_KEYS, describe_sizes, fits
 from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError

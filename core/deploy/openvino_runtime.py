@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from core.deploy.export import CALIBRATION, META_KEYS
+from core.deploy.onnx_graph import CALIBRATION, META_KEYS
 from core.nnet.checkpoint import recorded_classes
 
 from ..errors import UsageError

@@ -6,15 +6,14 @@ precisions, suffixes, benchmark rows) and the functions that open, read and quan
 This project's three (torch, onnxruntime, OpenVINO) are registered by core/deploy/builtin.py
 (core/deploy/__init__.py imports it) with functions that import their modules, and torch,
 onnxruntime or OpenVINO with them, only when first called. This module imports no torch either,
-so a parser that lists the runtimes (`add_runtime_args`) prints its --help at once. A runtime of
-another package is one module that calls `register` when it is imported. test.py, demo.py,
-`cornernet.Detector` and tools/benchmark.py ask `runtime(name)`, `runtime_of(file)` and
-`open_network`; none of them compares a runtime's name.
+so a parser that lists the runtimes (`core.deploy.options.RuntimeOptions`) prints its --help at
+once. A runtime of another package is one module that calls `register` when it is imported.
+test.py, demo.py, `cornernet.Detector` and tools/benchmark.py ask `runtime(name)`,
+`runtime_of(file)` and `open_network`; none of them compares a runtime's name.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,16 @@ class Int8:
 
 
 @dataclass(frozen=True)
+class Convert:
+    """How a runtime makes a file of its own from the checked .onnx an export wrote (OpenVINO's
+    IR); `cornernet export` writes it beside the .onnx for that runtime."""
+
+    what: str  # the file in words, for the export's report: "OpenVINO IR, float32"
+    write: Callable[[Path], Path]  # the .onnx file -> the file written beside it
+    require: Callable[[], Any]  # raises the runtime's `unavailable` error when it cannot write
+
+
+@dataclass(frozen=True)
 class Runtime:
     """One runtime: what it opens, at which precisions, and where it runs.
 
@@ -63,6 +72,7 @@ class Runtime:
         unavailable: the errors it raises when its package is missing (a benchmark row says
             "not available" rather than "failed").
         int8: its INT8 copy, where it has one.
+        convert: the file of its own an export writes beside the .onnx, where it has one.
     """
 
     name: str
@@ -76,6 +86,7 @@ class Runtime:
     rows: dict[str, tuple[str, ...]] = field(default_factory=dict)
     unavailable: tuple[type[BaseException], ...] = ()
     int8: Int8 | None = None
+    convert: Convert | None = None
 
     def precision(self, asked: str | None) -> str:
         """`asked` when this runtime has it (its default for None), else a one-line error."""
@@ -165,25 +176,22 @@ def runtime_of(path: Path, name: str | None = None) -> Runtime:
     return found
 
 
-def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """--runtime, --onnx, --precision and --threads, as test.py and demo.py take them."""
-    parser.add_argument("--runtime", choices=tuple(RUNTIMES), default=None,
-                        help=f"default {DEFAULT} (a file alone: the runtime its suffix names); "
-                             + "; ".join(f"{entry.name}: {entry.summary}"
-                                         for entry in RUNTIMES.values()))
-    parser.add_argument("--onnx", type=Path, default=None, metavar="PATH",
-                        help="with a runtime of exported files: the file (an .onnx, or for "
-                             "openvino also an IR .xml; default: the exported file of the "
-                             "snapshot, cache/nnet/<Cfg>/<Cfg>_<iter>.onnx)")
-    parser.add_argument("--precision", default=None,
-                        help="the runtime's precision (default: its first); " + "; ".join(
-                            f"{entry.name}: {', '.join(entry.precisions)}"
-                            for entry in RUNTIMES.values()))
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="CPU threads (default: OMP_NUM_THREADS, else the CPUs this process "
-                             "may use); test computes as many images at once (at most 4) on "
-                             "them; threads wait passively unless OMP_WAIT_POLICY says "
-                             "otherwise")
+def all_rows() -> list[str]:
+    """Every benchmark row (`runtime:precision`) a registered runtime can measure."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.row_names()]
+
+
+def default_rows(device_type: str) -> list[str]:
+    """The benchmark rows measured by default on a device of this type, as each runtime
+    declares them."""
+    return [f"{entry.name}:{precision}" for entry in RUNTIMES.values()
+            for precision in entry.rows.get(device_type, ())]
+
+
+def unavailable() -> tuple[type[BaseException], ...]:
+    """What a runtime raises when its package, compiler or GPU is missing."""
+    return (ImportError, *(kind for entry in RUNTIMES.values() for kind in entry.unavailable))
 
 
 def open_network(name: str | None, system_config: Any, db: Any, testiter: int | str,

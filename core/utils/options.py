@@ -31,9 +31,11 @@ class Cli:
 
     Attributes:
         flags: the option strings ("--workers"); empty for a positional argument.
-        help: the help text (may hold argparse's %(default)s).
+        help: the help text (may hold argparse's %(default)s); or a function returning it,
+            called when the parser is built (a text that lists a registry).
         parse: text -> value (raises ValueError on bad text); None: the text itself.
-        choices: the accepted values, when a fixed few.
+        choices: the accepted values, when a fixed few; or a function returning them, called
+            when the parser is built (the names a registry holds then).
         metavar: the placeholder shown in usage (a tuple: one per value of a count `nargs`).
         nargs: argparse's nargs ("+", "*", "?", or a count); a list becomes a tuple.
         repeat: the flag may be given more than once (`--slurm a=1 --slurm b=2`); its values
@@ -44,9 +46,9 @@ class Cli:
     """
 
     flags: tuple[str, ...] = ()
-    help: str | None = None
+    help: str | Callable[[], str] | None = None
     parse: Callable[[str], Any] | None = None
-    choices: Sequence[Any] | None = None
+    choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None
     metavar: str | tuple[str, ...] | None = None
     nargs: int | str | None = None
     repeat: bool = False
@@ -55,8 +57,9 @@ class Cli:
     hidden: bool = False
 
 
-def option(default: Any = MISSING, *flags: str, help: str | None = None,
-           parse: Callable[[str], Any] | None = None, choices: Sequence[Any] | None = None,
+def option(default: Any = MISSING, *flags: str, help: str | Callable[[], str] | None = None,
+           parse: Callable[[str], Any] | None = None,
+           choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
            metavar: str | tuple[str, ...] | None = None, nargs: int | str | None = None,
            repeat: bool = False, negatable: bool = False, const: Any = None,
            hidden: bool = False, factory: Callable[[], Any] | None = None) -> Any:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from core.config import CONFIG_DIR, DEFAULT_SNAPSHOT, add_set_arg, snapshot_arg
 from core.config.rules import unit_interval
-from core.deploy.runtimes import add_runtime_args
+from core.deploy.options import RuntimeOptions
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.engine.stop import StopRequest
@@ -37,6 +37,7 @@ from core.errors import Stopped, UsageError
 from core.utils.files import StorageError, probe_writable
 from core.utils.threads import threads_note
 from cornernet.defaults import DEFAULT_THRESH
+from cornernet.options import parser_for
 
 # The detector (torch) and the readers and writers of pictures and videos (cv2) are imported
 # by the functions that use them, so that --help imports neither (cornernet/commands/__init__.py).
@@ -72,7 +73,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                         help="cuda, cuda:1 or cpu (default: the current GPU, else cpu)")
     parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
     add_set_arg(parser)
-    add_runtime_args(parser)
+    parser_for(RuntimeOptions, parser.prog, parser=parser)  # --runtime, --onnx, ...
     parser.add_argument("--debug", action="store_true", help="show tracebacks of errors")
     args = parser.parse_args(argv)
     if args.cfg_file is None and args.snapshot is None and args.onnx is None:

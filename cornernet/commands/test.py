@@ -29,7 +29,8 @@ from core.config import (
     snapshot_or_file_arg,
 )
 from core.config.rules import unit_interval
-from core.deploy.runtimes import add_runtime_args, open_network, runtime
+from core.deploy.options import RuntimeOptions
+from core.deploy.runtimes import open_network, runtime
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
@@ -37,6 +38,7 @@ from core.inference.coco_eval import BACKENDS, require_backend, score
 from core.inference.folders import results_folder
 from core.utils import lock
 from core.utils.threads import threads_line, threads_note
+from cornernet.options import parser_for
 
 # torch, the datasets and the test loop are imported by the functions that use them, so that
 # --help imports none of them (cornernet/commands/__init__.py).
@@ -104,7 +106,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> argpar
                              "folder, as `train --data` takes it) with the run's classes; "
                              "results under <iter>/<split>/data-<folder>")
     add_set_arg(parser)
-    add_runtime_args(parser)
+    parser_for(RuntimeOptions, parser.prog, parser=parser)  # --runtime, --onnx, ...
     args = parser.parse_args(argv)
     for name in ("images", "batch", "debug_images"):
         value = getattr(args, name)
