@@ -63,7 +63,10 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
         parser.add_argument(field.name, **{k: v for k, v in kwargs.items() if v is not None})
         return
     kwargs["dest"] = field.name
-    kwargs["default"] = _default(field)
+    if field.default is MISSING and field.default_factory is MISSING:
+        kwargs["required"] = True  # a flag the value cannot do without (predict's --images)
+    else:
+        kwargs["default"] = _default(field)
     if cli.negatable:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif _switch(field, cli):

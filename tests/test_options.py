@@ -72,3 +72,18 @@ def test_overrides_as_pairs_change_the_config_as_set_texts_do():
                                                         ("db__input_size", [255, 255])))
     assert as_pairs[0].max_iter == as_text[0].max_iter == 7
     assert as_pairs[1]["input_size"] == as_text[1]["input_size"] == [255, 255]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Required(DebugOptions):
+    images: tuple[str, ...] = option(dataclasses.MISSING, "--images", "--source", nargs="+",
+                                     help="inputs")
+
+
+def test_a_flag_without_a_default_must_be_given(capsys):
+    assert parse(Required, ["--source", "a.jpg", "b.jpg"], "example").images == ("a.jpg",
+                                                                                 "b.jpg")
+    with pytest.raises(SystemExit) as done:
+        parse(Required, [], "example")
+    assert done.value.code == 2
+    assert "the following arguments are required: --images/--source" in capsys.readouterr().err
