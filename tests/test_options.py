@@ -87,3 +87,9 @@ def test_a_flag_without_a_default_must_be_given(capsys):
         parse(Required, [], "example")
     assert done.value.code == 2
     assert "the following arguments are required: --images/--source" in capsys.readouterr().err
+
+
+def test_a_type_as_parse_keeps_argparses_own_message(capsys):
+    with pytest.raises(SystemExit):
+        parse(Example, ["Cfg", "--workers", "many"], "example")
+    assert "argument --workers: invalid int value: 'many'" in capsys.readouterr().err
