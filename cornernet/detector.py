@@ -17,7 +17,6 @@ is made, as UsageErrors in the command line's words (`thresh` is --thresh).
 
 from __future__ import annotations
 
-import argparse
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -70,7 +69,7 @@ def snapshot_value(snapshot: int | str) -> int | str:
     """A snapshot named in Python as on the command line (`snapshot_arg`: 12, "12", "best")."""
     try:
         return snapshot_arg(str(snapshot))
-    except argparse.ArgumentTypeError as err:
+    except ValueError as err:
         raise ConfigError(f"snapshot {snapshot!r}: {err}") from None
 
 
