@@ -67,6 +67,14 @@ def _take_over_if_stale(path: Path, log: Callable[[str], None], elsewhere: str) 
     path.unlink(missing_ok=True)
 
 
+def release(path: Path) -> None:
+    """Remove the lock file `path` that `acquire` returned (another thread's locks stay)."""
+    if path in _held:
+        _held.remove(path)
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def release_all() -> None:
     """Remove the locks this process holds (at the end of the run, however it ended)."""
     while _held:
