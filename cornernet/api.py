@@ -102,8 +102,9 @@ def evaluate(config: str, snapshot: int | str | Path | None = None, **keywords: 
     from .commands import test as command
 
     chosen, settings = split_keywords(command.TestOptions, keywords)
-    options = command.TestOptions(cfg_file=config, testiter=snapshot,
-                                  overrides=tuple(settings.items()), **chosen)
+    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
+    options = command.TestOptions(cfg_file=config, testiter=snapshot, overrides=overrides,
+                                  **chosen)
     return command.run(options)
 
 
