@@ -14,6 +14,9 @@ output: x.jpg and x.png become x_jpg.jpg and x_png.jpg (cornernet/outputs.py). S
 one at a time: one that cannot be read is named in the summary and the others are drawn; the run
 fails only when none was readable. Ctrl-C finishes the current frame and closes the outputs, so
 that the videos play.
+
+The command is the API's call: `Detector.predict(sources, save_to=DIR)` detects and writes
+(cornernet/outputs.py); the command opens the detector, shows progress and prints the summary.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ Runs the inference of `system.sampling_function` on every image of the split, wr
 results/<Cfg>/<iter>/<split>[/<suffix>]/results.json and, where the split has boxes, the 12 COCO
 metrics to metrics.json in the same folder. Detections are journalled as they are made: an
 interrupted run continues where it stopped when run again with the same settings.
+
+The command resolves its options (`TestOptions`, which `cornernet.evaluate` builds too) into a
+config, a dataset and a results folder; the evaluation itself (the folder's check and lock, the
+journal, detection, scoring) is core's `evaluate_split`, whose report the command prints.
 """
 
 from __future__ import annotations
