@@ -94,14 +94,15 @@ def evaluate(config: str, snapshot: int | str | Path | None = None, **keywords: 
     A keyword that is an option of `cornernet test` sets it (`split="training"`, `images=50`,
     `device="cpu"`, `backend="pycocotools"`, `runtime="onnxruntime"`, `onnx=path`,
     `raw_weights=True`, `suffix=...`, `config_dir=...`, ... : the fields of
-    `cornernet.commands.test.TestOptions`, with the command line's defaults); any other
-    changes a setting of the config, as for `train` (`test_scales=[0.5]`,
+    `cornernet.commands.test.TestOptions`, with the command line's defaults; None: the
+    default); any other changes a setting of the config, as for `train` (`test_scales=[0.5]`,
     `db__top_k=50`)."""
     from core.utils.options import split_keywords
 
     from .commands import test as command
 
     chosen, settings = split_keywords(command.TestOptions, keywords)
+    chosen = {key: value for key, value in chosen.items() if value is not None}
     overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
     options = command.TestOptions(cfg_file=config, testiter=snapshot, overrides=overrides,
                                   **chosen)

@@ -54,6 +54,11 @@ def test_the_api_keywords_are_the_command_lines_options_and_settings(evaluated):
     assert evaluated[0].overrides == (("max_iter", 2), ("db.top_k", 5))
 
 
+def test_none_for_an_option_is_its_default_as_the_api_always_took_it(evaluated):
+    cornernet.evaluate("CornerNet_Tiny", None, config_dir=None, backend=None, images=None)
+    assert evaluated[0] == test.parse_args(["CornerNet_Tiny"])
+
+
 def test_a_snapshot_file_given_to_the_api_is_the_command_lines_file(evaluated):
     cornernet.evaluate("CornerNet_Tiny", "cache/CornerNet_Tiny_2.pkl")
     assert evaluated[0].testiter == Path("cache/CornerNet_Tiny_2.pkl")
