@@ -89,25 +89,28 @@ def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
                        evaluations=list(evaluations), iteration=outcome.get("iteration"))
 
 
-def evaluate(config: str, snapshot: int | str | None = None, *, split: str = "validation",
-             config_dir: str | Path | None = None, device: str | None = None,
-             images: int | None = None, suffix: str | None = None, backend: str | None = None,
-             runtime: str | None = None, onnx: str | Path | None = None,
-             raw_weights: bool = False, **overrides: Any) -> dict | None:
-    """Evaluate snapshot `snapshot` (an iteration, "best", or a snapshot file) of `config` as
-    `cornernet test` does; returns the metrics dict it writes to metrics.json (None for a split
-    without boxes). Settings of the config change by keyword, as for `train`."""
+def evaluate(config: str, snapshot: int | str | Path | None = None, **keywords: Any
+             ) -> dict | None:
+    """Evaluate snapshot `snapshot` (an iteration, "best", or a snapshot file; default: the
+    final one of the last training) of `config` as `cornernet test` does; returns the metrics
+    dict it writes to metrics.json (None for a split without boxes).
+
+    A keyword that is an option of `cornernet test` sets it (`split="training"`, `images=50`,
+    `device="cpu"`, `backend="pycocotools"`, `runtime="onnxruntime"`, `onnx=path`,
+    `raw_weights=True`, `suffix=...`, `config_dir=...`, ... : the fields of
+    `cornernet.commands.test.TestOptions`, with the command line's defaults; None: the
+    default); any other changes a setting of the config, as for `train` (`test_scales=[0.5]`,
+    `db__top_k=50`)."""
+    from core.utils.options import split_keywords
+
     from .commands import test as command
 
-    more = ["--split", split]
-    more += ["--testiter", str(snapshot)] if snapshot is not None else []
-    more += ["--images", str(images)] if images is not None else []
-    more += ["--suffix", suffix] if suffix is not None else []
-    more += ["--backend", backend] if backend is not None else []
-    more += ["--runtime", runtime] if runtime is not None else []
-    more += ["--onnx", str(onnx)] if onnx is not None else []
-    more += ["--raw-weights"] if raw_weights else []
-    return command.run(command.parse_args(_argv(config, config_dir, device, overrides, *more)))
+    chosen, settings = split_keywords(command.TestOptions, keywords)
+    chosen = {key: value for key, value in chosen.items() if value is not None}
+    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
+    options = command.TestOptions(cfg_file=config, testiter=snapshot, overrides=overrides,
+                                  **chosen)
+    return command.run(options)
 
 
 def _snapshot(snapshot: int | str | Path | None) -> int | str | Path | None:

@@ -49,11 +49,13 @@ from core.nnet.checkpoint import (
     require_snapshot,
 )
 from core.utils import hints
+from core.utils.files import probe_writable
 from core.utils.threads import use_threads
 
 from .defaults import DEFAULT_THRESH
+from .outputs import Outputs, SavedPredictions
 from .results import Result
-from .sources import as_image, frames
+from .sources import as_image, expand, frames
 
 if TYPE_CHECKING:
     from core.deploy.exporter import ExportReport
@@ -147,6 +149,7 @@ class Detector:
         self._inference = lookup(test_func, system_config.sampling_function,
                                  "sampling function")
         self.frames_skipped: list[str] = []  # why each unreadable input of `predict` was skipped
+        self.saved: SavedPredictions | None = None  # what `predict(save_to=)` wrote
 
     # ------------------------------------------------------------------------ constructors
     @classmethod
@@ -249,16 +252,39 @@ class Detector:
                                               np.int64),
                       source=source, frame=frame, image=image)
 
-    def predict(self, source: Any) -> Iterator[Result]:
+    def predict(self, source: Any, save_to: str | Path | None = None,
+                log: Callable[[str], None] | None = None) -> Iterator[Result]:
         """One `Result` per image or frame of `source`: a path, folder, glob, list, numpy
         image (H, W, 3) uint8 BGR or a list of them, a video file, a camera index or a stream
-        URL. Read lazily; unreadable pictures are skipped (`frames_skipped` counts them)."""
-        self.frames_skipped = []
-        for frame in frames(source):
-            if frame.image is None:
-                self.frames_skipped.append(frame.error or frame.source)
-                continue
-            yield self.detect(frame.image, frame.source, frame.index)
+        URL. Read lazily; unreadable pictures are skipped (`frames_skipped` counts them).
+
+        With `save_to` (a folder, created if needed) it also writes there what
+        `cornernet predict --out` writes: each picture drawn (`<name>.jpg`), each video,
+        camera or stream drawn (`<name>.mp4`), and detections.jsonl with one line per result;
+        a folder that holds earlier outputs keeps them (new names, as --exist-ok). The files
+        are complete when the iteration ends or stops (the generator closed); `saved` then
+        says what was written (`cornernet.outputs.SavedPredictions`). `log` gets one line per
+        picture, video and unreadable input."""
+        self.frames_skipped, self.saved = [], None
+        items = expand(source)
+        outputs = None
+        if save_to is not None:
+            probe_writable(Path(save_to), "save_to")
+            outputs = Outputs(Path(save_to), items, self.thresh, log)
+        try:
+            for frame in frames(items):
+                if frame.image is None:
+                    self.frames_skipped.append(frame.error or frame.source)
+                    if outputs is not None:
+                        outputs.skip(frame)
+                    continue
+                result = self.detect(frame.image, frame.source, frame.index)
+                if outputs is not None:
+                    outputs.add(frame, result)
+                yield result
+        finally:
+            if outputs is not None:
+                self.saved = outputs.close()
 
     def __call__(self, source: Any) -> list[Result]:
         return list(self.predict(source))

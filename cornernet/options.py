@@ -26,7 +26,9 @@ T = TypeVar("T")
 
 def _reader(field: dataclasses.Field, cli: Cli) -> Callable[[str], Any] | None:
     """The field's text-to-value function, its ValueError shown as the user's message."""
-    if cli.parse is None or cli.parse in (int, float):  # argparse's words: invalid int value
+    if cli.parse is None:
+        return None
+    if isinstance(cli.parse, type):  # int, float, Path: argparse's own "invalid int value: 'x'"
         return cli.parse
     parse = cli.parse
 
@@ -72,7 +74,10 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
         parser.add_argument(field.name, **{k: v for k, v in kwargs.items() if v is not None})
         return
     kwargs["dest"] = field.name
-    kwargs["default"] = _default(field)
+    if field.default is MISSING and field.default_factory is MISSING:
+        kwargs["required"] = True  # a flag the value cannot do without (predict's --images)
+    else:
+        kwargs["default"] = _default(field)
     if cli.negatable:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif cli.repeat:  # None when not given: the field keeps its default

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ import cv2
 from core.errors import UsageError
 from core.utils.files import StorageError, write_error
 
-from .sources import DRAWN, is_video
+from .sources import DRAWN, Frame, is_video
 
 JSON_LINES = "detections.jsonl"
 RUNS = Path("runs") / "predict"
@@ -115,19 +117,70 @@ class JsonLines:
             self.fd = -1
 
 
+@dataclass(frozen=True)
+class SavedPredictions:
+    """What a prediction run wrote into its folder.
+
+    Attributes:
+        folder: the folder.
+        files: the pictures and videos drawn, in the order they were finished.
+        json_lines: the JSON-lines file: one line per picture or frame (`Result.to_json`).
+        frames: the pictures and frames detected (the lines written).
+        unreadable: the inputs that could not be read, by name.
+    """
+
+    folder: Path
+    files: tuple[Path, ...]
+    json_lines: Path
+    frames: int
+    unreadable: tuple[str, ...]
+
+
 class Outputs:
     """The files a run writes: pictures, one video per video source, the JSON lines; each under
-    a name that no input and no file already in the folder has."""
+    a name that no input and no file already in the folder has. `add` each frame's result in
+    order, `skip` each unreadable input, and `close` at the end (also after a failure or a stop:
+    the files written stay whole and the videos play). `log` gets one line per picture drawn,
+    video closed and input skipped."""
 
-    def __init__(self, out_dir: Path, sources: list[Any]) -> None:
+    def __init__(self, out_dir: Path, sources: list[Any], thresh: float,
+                 log: Callable[[str], None] | None = None) -> None:
         files = [s for s in sources if isinstance(s, Path)]
         self.taken: set[Path] = set()
         self.paths = dict(zip(map(str, files), output_files(files, out_dir, self.taken)))
         self.json_path = _free(out_dir, "detections", ".jsonl", self.taken)
         self.out_dir, self.json = out_dir, JsonLines(self.json_path)
+        self.thresh, self.log = thresh, log or (lambda line: None)
         self.writer: Any = None
         self.video_path: Path | None = None
+        self.video_source, self.video_frames = "", 0
         self.streams = 0
+        self.written: list[Path] = []
+        self.unreadable: list[str] = []
+
+    def add(self, frame: Frame, result: Any) -> None:
+        """Write the `Result` of `frame`: its JSON line, and its drawing as a picture or as the
+        next frame of its source's video."""
+        self._end_other_video(frame.source)
+        self.json.write(result.to_json() + "\n")
+        drawn = result.draw()
+        if frame.video is not None:
+            self.video(frame.source, frame.video.fps, frame.video.size).write(drawn)
+            self.video_frames += 1
+            return
+        path = self.paths.get(frame.source)
+        if path is None:  # a numpy image of the API: array-0.jpg, ...
+            path = _free(self.out_dir, frame.source.replace(" ", "-"), ".jpg", self.taken)
+        if not cv2.imwrite(str(path), drawn):
+            raise StorageError(f"could not write {path}")
+        self.log(f"{frame.source}: {len(result)} detections above {self.thresh} -> {path}")
+        self.written.append(path)
+
+    def skip(self, frame: Frame) -> None:
+        """An input that could not be read (`frame.error` says why)."""
+        self._end_other_video(frame.source)
+        self.log(f"skipped: {frame.error}")
+        self.unreadable.append(frame.source)
 
     def video(self, source: str, fps: float, size: tuple[int, int]) -> Any:
         if self.writer is None:
@@ -136,27 +189,39 @@ class Outputs:
                 self.streams += 1
                 path = _free(self.out_dir, f"{source.split(':')[0].replace(' ', '')}-"
                              f"{self.streams}", ".mp4", self.taken)
-            self.writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
-            if not self.writer.isOpened():
+            writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+            if not writer.isOpened():
+                writer.release()
                 raise StorageError(f"cannot write the video {path} (OpenCV's mp4v writer)")
-            self.video_path = path
+            self.writer, self.video_path = writer, path
+            self.video_source, self.video_frames = source, 0
         return self.writer
 
+    def _end_other_video(self, source: str) -> None:
+        if self.writer is not None and source != self.video_source:
+            self.end_video()
+
     def end_video(self) -> Path | None:
+        """Close the video being written (it plays from now on); returns it, or None."""
         path, self.video_path = self.video_path, None
-        if self.writer is not None:
+        if self.writer is not None and path is not None:
             self.writer.release()
             self.writer = None
+            self.log(f"{self.video_source}: {self.video_frames} frames -> {path}")
+            self.written.append(path)
         return path
 
-    def close(self, written: list[Path]) -> None:
+    def close(self) -> SavedPredictions:
         """Close the files and add the names written to the folder's DRAWN list (never taken
-        for inputs by a later run)."""
+        for inputs by a later run); returns what was written."""
         self.end_video()
         self.json.close()
         try:
             with open(self.out_dir / DRAWN, "a") as listing:
-                listing.writelines(f"{path.name}\n" for path in (*written, self.json_path))
+                listing.writelines(f"{path.name}\n" for path in (*self.written, self.json_path))
         except OSError as err:
             raise write_error(self.out_dir / DRAWN, err, "the pictures and JSON lines written "
                               "are whole; free some space") from None
+        return SavedPredictions(folder=self.out_dir, files=tuple(self.written),
+                                json_lines=self.json_path, frames=self.json.lines,
+                                unreadable=tuple(self.unreadable))

@@ -147,3 +147,23 @@ def test_choices_and_help_given_as_functions_are_read_when_the_parser_is_built(c
         assert "invalid choice: 'c'" in capsys.readouterr().err
     finally:
         NAMES.remove("b")
+
+
+class Required(DebugOptions):
+    images: tuple[str, ...] = option(dataclasses.MISSING, "--images", "--source", nargs="+",
+                                     help="inputs")
+
+
+def test_a_flag_without_a_default_must_be_given(capsys):
+    assert parse(Required, ["--source", "a.jpg", "b.jpg"], "example").images == ("a.jpg",
+                                                                                 "b.jpg")
+    with pytest.raises(SystemExit) as done:
+        parse(Required, [], "example")
+    assert done.value.code == 2
+    assert "the following arguments are required: --images/--source" in capsys.readouterr().err
+
+
+def test_a_type_as_parse_keeps_argparses_own_message(capsys):
+    with pytest.raises(SystemExit):
+        parse(Example, ["Cfg", "--workers", "many"], "example")
+    assert "argument --workers: invalid int value: 'many'" in capsys.readouterr().err

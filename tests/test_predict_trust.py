@@ -193,7 +193,7 @@ def test_a_file_size_limit_mid_line_leaves_only_whole_json_lines(tmp_path):
         "from cornernet.outputs import Outputs\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (10000, 10000))\n"
-        "outputs = Outputs(Path(sys.argv[1]), [])\n"
+        "outputs = Outputs(Path(sys.argv[1]), [], 0.3)\n"
         "try:\n"
         "    for k in range(1000):\n"
         "        outputs.json.write(json.dumps({'frame': k, 'pad': 'x' * 50}) + '\\n')\n"
@@ -212,7 +212,7 @@ def test_a_file_size_limit_mid_line_leaves_only_whole_json_lines(tmp_path):
 
 
 def test_a_full_disk_names_the_json_lines_file_and_the_free_space(tmp_path, monkeypatch):
-    outputs = Outputs(tmp_path, [])
+    outputs = Outputs(tmp_path, [], 0.3)
     outputs.json.write('{"frame": 0}\n')
     real_write = os.write
 
@@ -226,7 +226,7 @@ def test_a_full_disk_names_the_json_lines_file_and_the_free_space(tmp_path, monk
     with pytest.raises(DiskFull) as caught:
         outputs.json.write('{"frame": 1, "boxes": []}\n')
     monkeypatch.undo()
-    outputs.close([])
+    outputs.close()
     assert str(caught.value) == (
         f"disk full: cannot write {tmp_path / 'detections.jsonl'} (3.0 MiB free there); it "
         "holds the 1 whole lines written before; free some space or name another --out")

@@ -68,6 +68,14 @@ def _take_over_if_stale(path: Path, log: Callable[[str], None], elsewhere: str) 
     path.unlink(missing_ok=True)
 
 
+def release(path: Path) -> None:
+    """Remove the lock file `path` that `acquire` returned (another thread's locks stay)."""
+    if path in _held:
+        del _held[path]
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 def held() -> list[Path]:
     """The lock files this process holds now, oldest first."""
     return list(_held)

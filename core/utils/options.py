@@ -64,7 +64,8 @@ def option(default: Any = MISSING, *flags: str, help: str | Callable[[], str] | 
            repeat: bool = False, negatable: bool = False, const: Any = None,
            hidden: bool = False, factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field with its command-line form. No `flags`: a positional argument (with
-    `default` MISSING, a required one). A bool field with default False and no `parse` is a
+    `default` MISSING, a required one); flags with `default` MISSING: a flag that must be
+    given (`--images` of predict). A bool field with default False and no `parse` is a
     switch (`--initialize`); `negatable` adds `--no-<flag>`; `repeat` gathers a flag given
     several times into a tuple. `factory` in place of `default` for a mutable default."""
     cli = Cli(flags=tuple(flags), help=help, parse=parse, choices=choices, metavar=metavar,
