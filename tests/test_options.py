@@ -149,6 +149,7 @@ def test_choices_and_help_given_as_functions_are_read_when_the_parser_is_built(c
         NAMES.remove("b")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Required(DebugOptions):
     images: tuple[str, ...] = option(dataclasses.MISSING, "--images", "--source", nargs="+",
                                      help="inputs")
