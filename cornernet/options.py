@@ -26,6 +26,8 @@ def _reader(field: dataclasses.Field, cli: Cli) -> Callable[[str], Any] | None:
     """The field's text-to-value function, its ValueError shown as the user's message."""
     if cli.parse is None:
         return None
+    if cli.parse in (int, float):  # argparse's own words: "invalid int value: 'x'"
+        return cli.parse
     parse = cli.parse
 
     def read(text: str) -> Any:
