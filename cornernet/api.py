@@ -20,7 +20,8 @@ from typing import Any
 class TrainResult:
     """What `train` produced, read from the files the run's rank 0 wrote (core/engine/
     records.py), so the same whichever launcher ran it: this process, spawned ranks, torchrun
-    or srun.
+    or srun. Under torchrun or srun each rank's call returns one: rank 0's is whole (another
+    rank may read before rank 0 has written its last snapshot).
 
     Attributes:
         status: the exit status (0: done; 75: stopped to be resumed; 128 + signal: stopped;
