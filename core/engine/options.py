@@ -28,7 +28,7 @@ def iteration_arg(text: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainOptions(ConfigOptions, DeviceOptions, DataOptions):
+class TrainOptions(DataOptions, DeviceOptions, ConfigOptions):  # help: config first
     """`cornernet train`'s options. `data`, `name` and `no_fit` are resolved by the command into
     the run's config (cornernet/commands/train.py `data_run`) before launch, which is then
     given the run's name."""
