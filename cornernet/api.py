@@ -79,7 +79,8 @@ def train(config: str, *, resume: str | int | None = None, fit: bool = True,
     given = {key: value for key, value in given.items() if value is not None}
     if resume is not None:
         given["start_iter"] = resume
-    options = TrainOptions(cfg_file=config, no_fit=not fit, **given)
+    given.setdefault("no_fit", not fit)
+    options = TrainOptions(cfg_file=config, **given)
     options = dataclasses.replace(options, overrides=options.overrides + tuple(settings.items()))
     try:
         name, folder = records.where(options)
