@@ -1,7 +1,8 @@
 """`train`, `evaluate`, `benchmark` and `export` from Python: the commands' `run`, in this
 process.
 
-Each returns what its command produced, built in memory (no file is read back), from any thread,
+Each returns what its command produced (train's `TrainResult` read from the files the run
+wrote, whichever launcher ran it; the others' built in memory), from any thread,
 and leaves the process as it found it (`core.engine.process.KEPT`: signal handlers, the
 environment, torch's threads, determinism and random states), so that Ctrl-C and a seed set
 before work as before in a notebook afterwards. In a script, call them under
@@ -21,17 +22,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What `train` produced.
+    """What `train` produced, read from the files the run's rank 0 wrote (core/engine/
+    records.py), so the same whichever launcher ran it: this process, spawned ranks, torchrun
+    or srun. Under torchrun or srun each rank's call returns one: rank 0's is whole (another
+    rank may read before rank 0 has written its last snapshot).
 
     Attributes:
         status: the exit status (0: done; 75: stopped to be resumed; 128 + signal: stopped;
             1 or 2: failed, said on stderr).
         snapshots: the snapshot files of the run's folder when it ended.
-        best: `<Cfg>_best.pkl` of this run's best evaluation, or None.
-        best_ap: its AP, or None before any evaluation.
+        best: `<Cfg>_best.pkl` of the run's best evaluation, or None.
+        best_ap: its AP (the record the best snapshot holds), or None before any evaluation.
         metrics: the last evaluation's metrics (with its "iteration"), or None.
-        evaluations: every evaluation's metrics, in order.
-        iteration: the last iteration done.
+        evaluations: every evaluation's metrics in the run's metrics.jsonl, in order (a resumed
+            run's file continues the one it resumes, so its evaluations come first).
+        iteration: the last iteration the records show (None: the run wrote none).
     """
 
     status: int
@@ -57,36 +62,37 @@ def _argv(config: str, config_dir: str | Path | None, device: str | None,
     return argv + (["--set", *sets] if sets else [])
 
 
-def train(config: str, config_dir: str | Path | None = None, workers: int = 2,
-          device: str | None = None, resume: str = "0", data: str | Path | None = None,
-          name: str | None = None, fit: bool = True, weights: str | Path | None = None,
-          **overrides: Any) -> TrainResult:
-    """Train `config` as `cornernet train` does, with settings changed by keyword
-    (`max_iter=2`, `db__input_size=[255, 255]`); on the export at `data` (`--data`) as the run
-    `name` (default `<config>-<data folder>`), its sizes fitted unless `fit` is false; from the
-    weights of the file `weights` (`--weights`) when given; returns a `TrainResult`."""
-    from core.config import load_config
+def train(config: str, *, resume: str | int | None = None, fit: bool = True,
+          **keywords: Any) -> TrainResult:
+    """Train `config` as `cornernet train` does. A keyword that names one of its options
+    (core/engine/options.py `TrainOptions`: `workers`, `device`, `config_dir`, `data`, `name`,
+    `weights`, `distributed`, ...) sets it, with the command line's defaults; every other
+    keyword is a setting of the config (`max_iter=2`, `db__input_size=[255, 255]`, as `--set`).
+    `resume` is `--iter` (an iteration or "latest"); `fit=False` is `--no-fit`; an option
+    given as None keeps its default. Returns a `TrainResult` read from the run's own files."""
+    import dataclasses
+
+    from core.engine import records
+    from core.engine.exits import USER_MISTAKES
+    from core.engine.options import TrainOptions
+    from core.utils.options import split_keywords
 
     from .commands import train as command
 
-    more = ["--workers", str(workers), "--iter", resume]
-    if data is not None:
-        more += ["--data", str(data), *(["--name", name] if name else []),
-                 *([] if fit else ["--no-fit"])]
-    more += ["--weights", str(weights)] if weights is not None else []
-    options = command.parse_args(_argv(config, config_dir, device, overrides, *more))
-    outcome: dict = {}
-    status = command.run(options, outcome=outcome)
-    system_config = outcome.get("run_config") or load_config(config, options.config_dir,
-                                                             overrides=options.overrides)[0]
-    evaluations = outcome.get("evaluations", [])
-    best = outcome.get("best")
-    best_file = system_config.snapshot_dir / f"{system_config.snapshot_name}_best.pkl"
-    return TrainResult(status=status, snapshots=sorted(system_config.snapshot_dir.glob("*.pkl")),
-                       best=best_file if best is not None and best_file.is_file() else None,
-                       best_ap=None if best is None else best["AP"],
-                       metrics=evaluations[-1] if evaluations else None,
-                       evaluations=list(evaluations), iteration=outcome.get("iteration"))
+    given, settings = split_keywords(TrainOptions, keywords)
+    given = {key: value for key, value in given.items() if value is not None}
+    if resume is not None:
+        given["start_iter"] = resume
+    given.setdefault("no_fit", not fit)
+    options = TrainOptions(cfg_file=config, **given)
+    options = dataclasses.replace(options, overrides=options.overrides + tuple(settings.items()))
+    try:
+        name, folder = records.where(options)
+    except USER_MISTAKES:  # the run says it in its one line, and ends with status 2
+        return TrainResult(status=command.run(options))
+    before = records.state(folder)
+    status = command.run(options)
+    return TrainResult(status=status, **records.read(folder, name, before))
 
 
 def evaluate(config: str, snapshot: int | str | Path | None = None, **keywords: Any

@@ -16,7 +16,7 @@ from _train_helpers import write_config
 
 from core.config import DatasetSettings, SystemConfig
 from core.dbs import COCO, datasets
-from core.engine.launch import Options
+from core.engine.options import TrainOptions
 from core.engine.preflight import preflight
 
 ALL_JSON = "instances_coco128.json"
@@ -97,6 +97,6 @@ def test_the_preflight_data_check_says_what_the_dataset_finds_to_its_log(coco128
     folder = write_config(tmp_path, coco128, annotations={
         "train": str(edited), "val": str(coco128 / "annotations" / "instances_coco128_val.json")})
     said: list[str] = []
-    preflight(Options(cfg_file="Tiny128", config_dir=folder, workers=1, device="cpu"), 1,
+    preflight(TrainOptions(cfg_file="Tiny128", config_dir=folder, workers=1, device="cpu"), 1,
               said.append)
     assert [line for line in said if "clipped to the image" in line and str(edited) in line]

@@ -1,4 +1,5 @@
-"""core.engine.launch: the command line frozen into Options, and what launch settles as new ones."""
+"""core.engine.launch: train's options (core/engine/options.py) as the frozen value every rank
+is given, and what launch settles as new ones."""
 
 from __future__ import annotations
 
@@ -10,24 +11,21 @@ from _train_helpers import write_config
 
 from core.config import ConfigError
 from core.engine import cluster
-from core.engine.launch import Options, _rendezvous, launch
+from core.engine.launch import _rendezvous, launch
+from core.engine.options import TrainOptions
 from cornernet.commands import train
 
 
-def test_every_argument_of_train_py_is_an_option_of_the_same_name():
-    args = train.parse_args(["Tiny128", "--iter", "latest", "--workers", "2", "--distributed",
-                             "--world-size", "1", "--set", "system.max_iter=3", "db.top_k=5"])
-    options = Options.of(args)
-    assert set(vars(args)) == {field.name for field in dataclasses.fields(Options)}
-    for name, value in vars(args).items():
-        expected = tuple(value) if name == "overrides" else value
-        assert getattr(options, name) == expected, name
-    assert options.overrides == ("system.max_iter=3", "db.top_k=5")
-    assert Options.of(options) is options
+def test_the_command_line_is_read_into_the_options_value():
+    options = train.parse_args(["Tiny128", "--iter", "latest", "--workers", "2", "--distributed",
+                                "--world-size", "1", "--set", "system.max_iter=3", "db.top_k=5"])
+    assert options == TrainOptions(cfg_file="Tiny128", start_iter="latest", workers=2,
+                                   distributed=True, world_size=1,
+                                   overrides=(("system.max_iter", 3), ("db.top_k", 5)))
 
 
 def test_options_are_frozen_and_pickle_whole():
-    options = Options.of(train.parse_args(["Tiny128", "--workers", "3", "--device", "cpu"]))
+    options = train.parse_args(["Tiny128", "--workers", "3", "--device", "cpu"])
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.workers = 5  # type: ignore[misc]
     copy = pickle.loads(pickle.dumps(options))
@@ -35,29 +33,31 @@ def test_options_are_frozen_and_pickle_whole():
 
 
 def test_the_rendezvous_is_a_new_options_and_the_old_one_is_untouched():
-    asked = Options("Tiny128", distributed=True, world_size=1)
+    asked = TrainOptions(cfg_file="Tiny128", distributed=True, world_size=1)
     settled = _rendezvous(asked)
     assert asked.dist_url is None
     assert settled.dist_url.startswith("tcp://127.0.0.1:")
     assert dataclasses.replace(settled, dist_url=None) == asked
-    given = Options("Tiny128", distributed=True, world_size=2, dist_url="tcp://node0:29500")
+    given = TrainOptions(cfg_file="Tiny128", distributed=True, world_size=2,
+                         dist_url="tcp://node0:29500")
     assert _rendezvous(given) is given
-    for wrong, message in ((Options("T", distributed=True), "needs --world-size"),
-                           (Options("T", distributed=True, world_size=2, rank=2),
+    for wrong, message in ((TrainOptions(cfg_file="T", distributed=True), "needs --world-size"),
+                           (TrainOptions(cfg_file="T", distributed=True, world_size=2, rank=2),
                             "--rank 2 is outside --world-size 2"),
-                           (Options("T", distributed=True, world_size=2), "--dist-url")):
+                           (TrainOptions(cfg_file="T", distributed=True, world_size=2),
+                            "--dist-url")):
         with pytest.raises(ConfigError, match=message):
             _rendezvous(wrong)
 
 
 def test_slurm_placement_is_adopted_as_new_options():
-    asked = Options("Tiny128")
+    asked = TrainOptions(cfg_file="Tiny128")
     task = cluster.SlurmTask(rank=3, world=4, local=1, nodes=2, url="tcp://n1:2345",
                              job_id="77")
     adopted = cluster.adopt(asked, task)
     assert (adopted.distributed, adopted.world_size, adopted.rank, adopted.dist_url) == (
         True, 4, 3, "tcp://n1:2345")
-    assert asked == Options("Tiny128")
+    assert asked == TrainOptions(cfg_file="Tiny128")
 
 
 def test_launch_hands_train_frozen_options_with_the_device_resolved(tmp_path, coco128,
@@ -73,5 +73,5 @@ def test_launch_hands_train_frozen_options_with_the_device_resolved(tmp_path, co
             "--set", "system.max_iter=3"]
     assert launch(train.parse_args(argv), fake_train) == 0
     (args, max_iter, rank, world, device, distributed), = seen
-    assert isinstance(args, Options) and args.device == "cpu" and args.workers == 1
+    assert isinstance(args, TrainOptions) and args.device == "cpu" and args.workers == 1
     assert (max_iter, rank, world, device, distributed) == (3, 0, 1, "cpu", False)

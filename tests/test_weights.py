@@ -18,7 +18,7 @@ from core.config import ConfigError, load_config
 from core.config.fine_tune import fine_tune_changes
 from core.dbs import datasets
 from core.engine.build import build
-from core.engine.launch import Options
+from core.engine.options import TrainOptions
 from core.nnet.py_factory import NetworkFactory
 from core.utils import lock
 
@@ -68,8 +68,8 @@ def _fine_tune(tmp_path: Path, weights: Path, *more: str) -> tuple[list[str], to
                  f"system.result_dir={tmp_path / 'results'}", "system.eval_iter=0",
                  "system.val_iter=0", "system.batch_size=2", "system.batch_pictures=false",
                  *more)
-    options = Options(cfg_file="CornerNet_Tiny", workers=1, overrides=overrides,
-                      weights=str(weights))
+    options = TrainOptions(cfg_file="CornerNet_Tiny", workers=1, overrides=overrides,
+                           weights=str(weights))
     system, db_config = load_config("CornerNet_Tiny", overrides=list(overrides),
                                     weights=options.weights)
     said: list[str] = []

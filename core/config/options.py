@@ -1,9 +1,10 @@
 """The options every command shares, declared once (detectron2's `default_argument_parser`).
 
 A command's options class derives from the groups it takes: `ConfigOptions` (the config name,
-`--config-dir`, `--set`), `SnapshotOptions` (`--testiter`), `DeviceOptions` (`--device`) and
-`DebugOptions` (`--debug`). The fields are declared with `core.utils.options.option`; the parser
-is built from them (cornernet/options.py) and the API builds the same value with keywords.
+`--config-dir`, `--set`), `SnapshotOptions` (`--testiter`), `DeviceOptions` (`--device`),
+`DebugOptions` (`--debug`) and `DataOptions` (`--data`, `--name`, `--no-fit`: train and check).
+The fields are declared with `core.utils.options.option`; the parser is built from them
+(cornernet/options.py) and the API builds the same value with keywords.
 
 `overrides` holds (key, value) pairs: from the command line `--set max_iter=2` gives
 `(("max_iter", 2),)`, from the API `max_iter=2` gives the same pair, with no text between.
@@ -68,3 +69,22 @@ class DebugOptions:
     """Tracebacks with every error (as CORNERNET_DEBUG=1)."""
 
     debug: bool = option(False, "--debug", help="tracebacks with every error")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataOptions:
+    """An export to train on, as it comes (core/data/from_data.py): `cornernet train` and
+    `cornernet check` take it alike."""
+
+    data: Path | None = option(None, "--data", parse=Path, metavar="PATH",
+                               help="train on this export: a data.yaml, a COCO json, or a folder "
+                                    "(Roboflow, CVAT, YOLO, VOC, labelImg); the config gives the "
+                                    "model and the training settings, the data its classes and "
+                                    "splits")
+    name: str | None = option(None, "--name",
+                              help="with --data: the run's name, which test, predict, export and "
+                                   "--iter then take in place of a config (default: "
+                                   "<config>-<data folder>)")
+    no_fit: bool = option(False, "--no-fit",
+                          help="with --data: keep the config's input size, crop scales and test "
+                               "scales instead of fitting them to the data's sizes")

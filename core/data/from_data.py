@@ -37,6 +37,7 @@ from ..config import (
 )
 from ..config.db_keys import declared_keys, owners
 from ..config.fine_tune import fine_tune_changes
+from ..config.options import Overrides
 from ..dbs import datasets
 from ..dbs.holdout import hold_out
 from ..dbs.recognise import recognise
@@ -119,8 +120,17 @@ def use_data(system: SystemConfig, db: dict, data: Path, work: Path, log: Log = 
     return system, db, record
 
 
+def run_folder(config: str, data: Path, name: str | None = None, overrides: Overrides = (),
+               config_dir: Path | None = CONFIG_DIR) -> tuple[str, Path]:
+    """(the run's name, its folder) of `config` on the export at `data`: where `data_config`
+    writes its config and the training its snapshots, known before either runs."""
+    name = name or run_name(config, data)
+    folders, _ = load_config(config, config_dir, overrides=overrides)  # where --set puts them
+    return name, folders.replace(snapshot_name=name).snapshot_dir
+
+
 def data_config(config: str, data: Path, name: str | None = None,
-                overrides: list[str] | None = None, fit: bool = True,
+                overrides: Overrides = (), fit: bool = True,
                 config_dir: Path | None = CONFIG_DIR, log: Log = print,
                 write: bool = True,
                 weights: str | Path | None = None) -> tuple[SystemConfig, dict, dict]:

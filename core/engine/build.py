@@ -9,7 +9,6 @@ snapshot; `data_only` is `--dry-run`: the data path alone, no model.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -53,11 +52,12 @@ from .stop import StopRequest, stop_request
 
 if TYPE_CHECKING:
     from ..dbs.detection import DETECTION
+    from .options import TrainOptions
 
 Log = Callable[[str], None]
 
 
-def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: dict,
+def data_only(options: TrainOptions, system_config: SystemConfig, db_config: dict,
               rank: int, world: int, device: torch.device | str | None, log: Log) -> int:
     """--dry-run N: N batches through the prefetch path and its figures; no model, no files.
     A stop signal (also one caught during start-up) ends it at once: there is nothing to save."""
@@ -72,8 +72,8 @@ def data_only(args: argparse.Namespace, system_config: SystemConfig, db_config: 
         if stop():
             raise Stopped(stop.signum)
         share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
-        workers = cpu_share(args, world, log).workers
-        log(dry_run(make_db, sample, share, workers, args.dry_run, seed=system_config.seed,
+        workers = cpu_share(options, world, log).workers
+        log(dry_run(make_db, sample, share, workers, options.dry_run, seed=system_config.seed,
                     prefetch_size=system_config.prefetch_size, device=where,
                     log=log).report())
     except Stopped as stopped:
@@ -127,10 +127,10 @@ def write_config(nnet: NetworkFactory, folder: Path) -> Path:
     return path
 
 
-def cpu_share(args: argparse.Namespace, world: int, log: Log) -> CpuShare:
+def cpu_share(options: TrainOptions, world: int, log: Log) -> CpuShare:
     """This process's prefetch workers and trainer threads within its share of this machine's
     CPUs (core/utils/threads.py); says so when --workers asked for more."""
-    cpus = training_share(args.workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    cpus = training_share(options.workers, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
     if cpus.note:
         log(f"note: {cpus.note}")
     return cpus
@@ -153,18 +153,19 @@ def _describe(system_config: SystemConfig, training_db: DETECTION, nnet: Network
         log(f"frozen: {len(nnet.frozen)} parameter tensors under {system_config.freeze}")
 
 
-def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: NetworkFactory,
+def _resume(options: TrainOptions, system_config: SystemConfig, nnet: NetworkFactory,
             rank: int, distributed: bool, log: Log) -> tuple[int, dict]:
     """(the iteration resumed from, its snapshot), or (0, {}) for a fresh start, which loads
     `system.pretrain` when set. The network is loaded here; the loop's parts by `Run`."""
-    start = int(args.start_iter) if args.start_iter != "latest" else dist_utils.from_rank0(
+    latest = options.start_iter == "latest"
+    start = int(options.start_iter) if not latest else dist_utils.from_rank0(
         snapshots.latest(system_config, log) if rank == 0 else None, distributed)
     resumed: dict = {}
     if start:
         resumed = nnet.load_params(start)
         log(f"continuing from snapshot {start}")
-    elif system_config.pretrain and not args.initialize:
-        if getattr(args, "weights", None):
+    elif system_config.pretrain and not options.initialize:
+        if options.weights:
             log(fine_tune_line(system_config.pretrain, system_config.learning_rate,
                                system_config.warmup_iters, system_config.freeze))
         nnet.load_pretrained_params(system_config.resolve(system_config.pretrain), log)
@@ -173,11 +174,11 @@ def _resume(args: argparse.Namespace, system_config: SystemConfig, nnet: Network
     return start, resumed
 
 
-def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
+def build(options: TrainOptions, system_config: SystemConfig, db_config: dict, rank: int,
           world: int, device: torch.device | str | None, distributed: bool, log: Log) -> Run:
-    """This rank's run, resumed from `args.start_iter` when it names a snapshot. Its stop
+    """This rank's run, resumed from `options.start_iter` when it names a snapshot. Its stop
     request is made first: it takes over a stop asked during start-up."""
-    stop = stop_request(args, system_config)
+    stop = stop_request(options, system_config)
     dataset = lookup(datasets, system_config.dataset, "dataset")
     # This rank's own datasets say what their loader finds to its log, each line once however
     # often a split is loaded; the prefetch workers' copies of the same splits say nothing.
@@ -190,15 +191,15 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     training_db = make_here(split=system_config.train_split)
     _check_objects(training_db, system_config)
     shared = 0
-    if rank == 0 and not args.initialize:
+    if rank == 0 and not options.initialize:
         # The validation split's first loading in this run: its loader lines are said here.
         shared = warn_split_overlap(system_config, db_config, training_db, training_db.split,
                                     say, loading=True)
     evaluate = Evaluator(system_config, functools.partial(make_here, split=system_config.val_split),
                          rank, world, distributed, log)
-    if system_config.eval_iter and not args.initialize:
+    if system_config.eval_iter and not options.initialize:
         evaluate.check(training_db)  # a validation split that cannot be scored: now, not later
-    if system_config.val_iter and not args.initialize:
+    if system_config.val_iter and not options.initialize:
         _check_val_split(functools.partial(make_here, split=system_config.val_split),
                          system_config.val_split)
     share = deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
@@ -208,14 +209,14 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     if rank == 0:
         params = sum(p.numel() for p in nnet.model.parameters())
         check_free_disk(system_config.snapshot_dir, 2 * snapshot_bytes(params, True))
-    cpus = cpu_share(args, world, log)
+    cpus = cpu_share(options, world, log)
     set_torch_threads(cpus.threads)
     _describe(system_config, training_db, nnet, share, world, cpus.workers, cpus.threads, rank,
               log)
-    start, resumed = _resume(args, system_config, nnet, rank, distributed, log)
+    start, resumed = _resume(options, system_config, nnet, rank, distributed, log)
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     training_db.set_rng(np.random.default_rng(system_config.seed))
-    probe = None if args.initialize else probe_batch(training_db, sample, share)
+    probe = None if options.initialize else probe_batch(training_db, sample, share)
     run = Run(
         system_config=system_config, nnet=nnet, share=share, rank=rank, distributed=distributed,
         start=start, workers=cpus.workers, sample=sample, probe=probe,
@@ -227,7 +228,7 @@ def build(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                                                   next_batch=start),
         stop=stop, log=log, shared_images=shared)
     run.load_state_dict(resumed)
-    if rank == 0 and start == 0 and system_config.batch_pictures and not args.initialize:
+    if rank == 0 and start == 0 and system_config.batch_pictures and not options.initialize:
         picture = system_config.snapshot_dir / "train_batch0.jpg"
         save_batch_picture(run.sample, make_here(split=system_config.train_split), picture)
         log(f"wrote {picture}: what the network is shown (system.batch_pictures)")

@@ -114,7 +114,7 @@ def gpu_of(local: int, visible: int) -> int:
 
 
 def adopt(args: Any, task: SlurmTask) -> Any:
-    """The command line (frozen `Options`) saying what SLURM decided: one process per task,
+    """The options (a frozen `TrainOptions`) saying what SLURM decided: one process per task,
     this task's rank."""
     return replace(args, distributed=True, world_size=task.world, rank=task.rank,
                    dist_url=task.url)

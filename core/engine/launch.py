@@ -1,10 +1,10 @@
 """Start the training processes of one node, run each, and end them together.
 
-`launch(args, train)` is train.py's main: it freezes the command line into `Options`, checks
-the run before any process starts (`preflight`), then runs `train` in this process, under
-torchrun, or in `--procs-per-node` spawned processes. `run_rank` is one process: it joins the
-process group, watches its peers, trains and turns a failure into one report
-(`core.engine.exits`).
+`launch(options, train)` is `cornernet train`'s work: given the run's frozen `TrainOptions`
+(core/engine/options.py), it checks the run before any process starts (`preflight`), then runs
+`train` in this process, under torchrun, or in `--procs-per-node` spawned processes.
+`run_rank` is one process: it joins the process group, watches its peers, trains and turns a
+failure into one report (`core.engine.exits`).
 
 `spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
 processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
@@ -25,7 +25,6 @@ printed, so that exactly one report is shown, the cause's, however many ranks fa
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import multiprocessing as mp
@@ -34,12 +33,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from ..config import CONFIG_DIR, load_config
+from ..config import load_config
 from ..errors import ConfigError
 from ..utils import dist as dist_utils
 from ..utils import lock
@@ -51,54 +49,14 @@ from ..utils.procs import process_identity
 from . import cluster, preempt, stop
 from .agree import check_same_config
 from .exits import USER_MISTAKES, describe, report, with_trace
+from .options import TrainOptions
 from .preflight import check_args, preflight, tidy_temp
 from .stop import RESUME_STATUS
 
-# train(args, system_config, db_config, rank, world, device, distributed, watch) -> exit status
+# train(options, system_config, db_config, rank, world, device, distributed, watch) -> exit status
 Train = Callable[..., int]
 
 STOP_CODES = {128 + signal.SIGINT, 128 + signal.SIGTERM, 128 + signal.SIGHUP}
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    """train.py's command line, frozen: what every rank is started with (it is pickled into
-    spawned ranks). The names are argparse's, so `options.workers` reads as `args.workers` did.
-    What launch settles (the device, the rendezvous, SLURM's placement) is a new `Options`
-    made with `dataclasses.replace`, never a change of the one a rank already holds."""
-
-    cfg_file: str
-    start_iter: str = "0"  # an iteration number or "latest"
-    workers: int = 4
-    initialize: bool = False
-    distributed: bool = False
-    world_size: int = -1
-    rank: int = 0  # the node's rank
-    dist_url: str | None = None
-    dist_backend: str | None = None
-    procs_per_node: int | None = None
-    dry_run: int | None = None
-    device: str | None = None
-    stop_signal: str | None = None
-    requeue: bool = False
-    config_dir: Path = CONFIG_DIR
-    overrides: tuple[str, ...] | None = None  # --set
-    weights: str | None = None  # --weights FILE: the starting weights of a fine-tuning run
-    # --data, --name, --no-fit: resolved by the command into the run's config (cornernet/
-    # commands/train.py `data_run`) before launch, which is then given the run's name
-    data: Path | None = None
-    name: str | None = None
-    no_fit: bool = False
-
-    @classmethod
-    def of(cls, args: argparse.Namespace | Options) -> Options:
-        """`args` frozen (an argparse namespace of train.py's arguments)."""
-        if isinstance(args, cls):
-            return args
-        values = vars(args)
-        if values.get("overrides") is not None:
-            values = {**values, "overrides": tuple(values["overrides"])}
-        return cls(**values)
 
 
 def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
@@ -211,7 +169,7 @@ def _cause(processes: list, failed: list, received: list[tuple[int, str]],
             f"{proc.exitcode} without a report")
 
 
-def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace,
+def run_rank(train: Train, local_rank: int, procs: int, options: TrainOptions,
              say: Callable[[str], None] | None = None) -> int:
     """One training process: join the group if distributed, train, report a failure.
 
@@ -219,29 +177,29 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
     without it the report is printed.
     """
     say = say or functools.partial(tqdm.write, file=sys.stderr)  # below the bar, not on it
-    rank, world, distributed, watch, written = 0, 1, args.distributed, None, []
+    rank, world, distributed, watch, written = 0, 1, options.distributed, None, []
     try:
         check_environment()  # again here: torchrun's processes start without launch's checks
-        check_args(args)
-        system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                               overrides=getattr(args, "overrides", None),
-                                               weights=getattr(args, "weights", None))
-        device = resolve_device(args.device) if not distributed else None
+        check_args(options)
+        system_config, db_config = load_config(options.cfg_file, options.config_dir,
+                                               overrides=options.overrides,
+                                               weights=options.weights)
+        device = resolve_device(options.device) if not distributed else None
         if distributed:
-            rank, world, local_rank, url = cluster.placement(args, local_rank, procs)
-            device = rank_device(distributed_kind(args.device), local_rank)
-            dist_utils.init(args.dist_backend, url, world, rank, device,
-                            world // max(args.world_size, 1))
+            rank, world, local_rank, url = cluster.placement(options, local_rank, procs)
+            device = rank_device(distributed_kind(options.device), local_rank)
+            dist_utils.init(options.dist_backend, url, world, rank, device,
+                            world // max(options.world_size, 1))
             watch = dist_utils.watch_peers(url, rank, world, say)
             if watch is not None:
                 lifetime.before_leaving.append(watch.report)
-            shared = check_same_config(system_config.full, db_config, args, rank, world)
+            shared = check_same_config(system_config.full, db_config, options, rank, world)
             if rank == 0:
                 print(f"config {shared} identical on {world} ranks", flush=True)
         written = [system_config.snapshot_dir, system_config.result_dir] if rank == 0 else []
         configure(device, system_config.deterministic, fixed_sizes=True)
-        status = train(args, system_config, db_config, rank, world, device, distributed, watch)
-        status = preempt.requeue(status, args, system_config, rank, functools.partial(
+        status = train(options, system_config, db_config, rank, world, device, distributed, watch)
+        status = preempt.requeue(status, options, system_config, rank, functools.partial(
             print, flush=True))
         if rank and status in STOP_CODES | {RESUME_STATUS} and cluster.in_job_step():
             # Rank 0 speaks for a stopped job step: a non-zero exit here would make srun
@@ -270,53 +228,51 @@ def run_rank(train: Train, local_rank: int, procs: int, args: argparse.Namespace
         dist_utils.cleanup()
 
 
-def _rendezvous(args: Options) -> Options:
+def _rendezvous(options: TrainOptions) -> TrainOptions:
     """The nodes of a `--distributed` run checked, and the rendezvous address (a free local
     port for a one-node run without --dist-url)."""
-    if args.world_size < 1:
+    if options.world_size < 1:
         raise ConfigError("--distributed needs --world-size (the number of nodes)")
-    if not 0 <= args.rank < args.world_size:
-        raise ConfigError(f"--rank {args.rank} is outside --world-size {args.world_size}: "
-                          f"node ranks are 0 to {args.world_size - 1}")
-    if args.dist_url is not None:
-        return args
-    if args.world_size > 1:
+    if not 0 <= options.rank < options.world_size:
+        raise ConfigError(f"--rank {options.rank} is outside --world-size "
+                          f"{options.world_size}: node ranks are 0 to {options.world_size - 1}")
+    if options.dist_url is not None:
+        return options
+    if options.world_size > 1:
         raise ConfigError("--dist-url tcp://<node 0>:<port> is needed with more than one node")
-    return dataclasses.replace(args, dist_url=f"tcp://127.0.0.1:{dist_utils.free_port()}")
+    return dataclasses.replace(options, dist_url=f"tcp://127.0.0.1:{dist_utils.free_port()}")
 
 
-def launch(args: argparse.Namespace | Options, train: Train,
-           log: Callable[[str], None] = print) -> int:
+def launch(options: TrainOptions, train: Train, log: Callable[[str], None] = print) -> int:
     """Check the run, then train in this process, under torchrun or srun, or in spawned
-    processes. `train` is given the command line as frozen `Options`; `log` hears what the
-    checks before training tidied (train.py passes print)."""
+    processes. `train` is given `options` with what launch settled (the device, the
+    rendezvous); `log` hears what the checks before training tidied."""
     stop.catch_early()  # again (train.py did it first): launch may be called from Python
-    args = Options.of(args)
     if dist_utils.launched_by_torchrun():
         # torchrun's processes are one run, never independent copies
-        args = dataclasses.replace(args, distributed=True)
+        options = dataclasses.replace(options, distributed=True)
         lifetime.watch_launcher(process_identity(os.getppid()), f"rank {os.environ['RANK']}")
-        return run_rank(train, 0, 1, args)
+        return run_rank(train, 0, 1, options)
     try:
-        if args.data is not None:  # never silently trained on the config's own data instead
+        if options.data is not None:  # never silently trained on the config's own data instead
             raise ConfigError("launch takes the run's name: --data is resolved into the run's "
                               "config by `cornernet train` (its data_run) first")
         check_environment()  # CORNERNET_* values, before any process or watch thread reads one
-        check_args(args)
-        if args.distributed and cluster.in_job_step():  # srun started this process as a rank
-            args = cluster.adopt(args, cluster.slurm_task())
-            preflight(args, 1, log, data=args.rank == 0)
-            return run_rank(train, 0, 1, args)
-        if not args.distributed:  # the run itself reads the data next, in one line on error
+        check_args(options)
+        if options.distributed and cluster.in_job_step():  # srun started this process as rank
+            options = cluster.adopt(options, cluster.slurm_task())
+            preflight(options, 1, log, data=options.rank == 0)
+            return run_rank(train, 0, 1, options)
+        if not options.distributed:  # the run itself reads the data next, in one line on error
             # once, here: cuda -> cuda:<current>
-            args = dataclasses.replace(args, device=str(resolve_device(args.device)))
-            preflight(args, 1, log, data=False)
+            options = dataclasses.replace(options, device=str(resolve_device(options.device)))
+            preflight(options, 1, log, data=False)
             tidy_temp(log)
-            return run_rank(train, 0, 1, args)
-        args = _rendezvous(args)
-        procs = dist_utils.procs_per_node(args.procs_per_node,
-                                          gpus=distributed_kind(args.device) == "cuda")
-        preflight(args, procs, log)
+            return run_rank(train, 0, 1, options)
+        options = _rendezvous(options)
+        procs = dist_utils.procs_per_node(options.procs_per_node,
+                                          gpus=distributed_kind(options.device) == "cuda")
+        preflight(options, procs, log)
         tidy_temp(log)
     except KeyboardInterrupt:  # a second Ctrl-C during the checks: stop now, quietly
         return 128 + signal.SIGINT
@@ -324,4 +280,5 @@ def launch(args: argparse.Namespace | Options, train: Train,
         if os.environ.get("SLURM_PROCID", "0") != "0" and cluster.in_job_step():
             return 2  # every task finds the same mistake: task 0 says it
         return report(err)
-    return spawn(functools.partial(run_rank, train), procs, args, first_rank=args.rank * procs)
+    return spawn(functools.partial(run_rank, train), procs, options,
+                 first_rank=options.rank * procs)

@@ -6,7 +6,6 @@ in spawned processes or under torchrun / srun, once per rank.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import sys
@@ -24,26 +23,23 @@ if TYPE_CHECKING:
 
     from ..config import SystemConfig
     from ..utils.peers import PeerWatch
-    from .run import Run
+    from .options import TrainOptions
 
 
-def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict, rank: int,
+def train(options: TrainOptions, system_config: SystemConfig, db_config: dict, rank: int,
           world: int, device: torch.device | str | None, distributed: bool,
-          watch: PeerWatch | None = None, outcome: dict | None = None) -> int:
-    """Build everything for this rank and run the loop; returns the exit status.
-
-    `outcome` (the API's, in this process) receives what the run produced as it goes:
-    "evaluations" (the metrics of each evaluation, with its "iteration"), and at the end "best"
-    (the best record: {"iteration", "AP"} or None) and "iteration" (the last one done)."""
+          watch: PeerWatch | None = None) -> int:
+    """Build everything for this rank and run the loop; returns the exit status. What the run
+    did is in the files rank 0 writes (snapshots, metrics.jsonl: core/engine/records.py reads
+    them back)."""
     log = functools.partial(tqdm.write, file=sys.stdout) if rank == 0 else (lambda *a, **k: None)
-    if args.dry_run is not None:
-        return data_only(args, system_config, db_config, rank, world, device, log)
-    run = build(args, system_config, db_config, rank, world, device, distributed, log)
-    if args.initialize:
+    if options.dry_run is not None:
+        return data_only(options, system_config, db_config, rank, world, device, log)
+    run = build(options, system_config, db_config, rank, world, device, distributed, log)
+    if options.initialize:
         return run.write_initial()
     nnet, config = run.nnet, system_config
     with contextlib.ExitStack() as stack:
-        evaluations = _told(outcome, run, stack)
         train_data, val_data = run.open_data(stack)
         bar = stack.enter_context(progress_bar(range(run.start + 1, config.max_iter + 1),
                                                rank == 0))
@@ -68,8 +64,7 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
                     metrics.put(val_loss=run.validated(val_data, it))  # host sync
                     log(f"iteration {it}: validation loss {metrics.pending['val_loss']:.5f}")
                 if run.evaluate.due(it):
-                    metrics.put(**(found := run.evaluated(it)))
-                    evaluations.append({"iteration": it, **found})
+                    metrics.put(**run.evaluated(it))
                 metrics.write(it)
                 # host sync every iteration: one all-reduce of the stop request, the resume
                 # signal, the snapshot clock and the stopping rules (patience, deadline)
@@ -87,11 +82,3 @@ def train(args: argparse.Namespace, system_config: SystemConfig, db_config: dict
     log(run.summary())
     return 0
 
-
-def _told(outcome: dict | None, run: Run, stack: contextlib.ExitStack) -> list[dict]:
-    """The list the loop appends each evaluation to (`outcome["evaluations"]`, or a list nobody
-    reads); when the run ends, its best record and last iteration are added to `outcome`."""
-    if outcome is None:
-        return []
-    stack.callback(lambda: outcome.update(best=run.best.record, iteration=run.iteration))
-    return outcome.setdefault("evaluations", [])

@@ -7,7 +7,6 @@ backend it can use, sizes the model cannot take, /dev/shm for the prefetch rings
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
 
 from ..config import load_config
@@ -21,27 +20,29 @@ from ..utils.dist import check_backend
 from ..utils.files import check_shm
 from ..utils.procs import remove_dead_mp_folders
 from ..utils.threads import training_share
+from .options import TrainOptions
 
 
-def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
+def preflight(options: TrainOptions, procs: int, log: Callable[[str], None],
               data: bool = True) -> None:
-    """Raise the first mistake of the run `args` would start with `procs` processes a node.
+    """Raise the first mistake of the run `options` would start with `procs` processes a node.
     With `data`, the training split is loaded, saying what it finds to `log`."""
-    system_config, db_config = load_config(args.cfg_file, args.config_dir,
-                                           overrides=getattr(args, "overrides", None),
-                                           weights=getattr(args, "weights", None))
-    world = max(args.world_size, 1) * procs
+    system_config, db_config = load_config(options.cfg_file, options.config_dir,
+                                           overrides=options.overrides,
+                                           weights=options.weights)
+    world = max(options.world_size, 1) * procs
     shares = [deal(system_config.batch_size, system_config.chunk_sizes, rank, world)
               for rank in range(world)]
-    device = resolve_device(distributed_kind(args.device) if args.distributed else args.device)
+    asked = options.device
+    device = resolve_device(distributed_kind(asked) if options.distributed else asked)
     check_runtime(system_config.amp, system_config.sync_bn, device)
-    if args.distributed:
-        check_backend(args.dist_backend, device.type)
+    if options.distributed:
+        check_backend(options.dist_backend, device.type)
     check_model_fit(system_config.model_name, db_config)
-    node = shares[args.rank * procs:(args.rank + 1) * procs]
+    node = shares[options.rank * procs:(options.rank + 1) * procs]
     check_shm(shm_need(db_config, system_config.sampling_function,
                        sum(share.local_batch for share in node),
-                       training_share(args.workers, procs).workers,
+                       training_share(options.workers, procs).workers,
                        prefetch_size=system_config.prefetch_size,
                        validation=bool(system_config.val_iter)))
     if data:
@@ -50,13 +51,15 @@ def preflight(args: argparse.Namespace, procs: int, log: Callable[[str], None],
                 settings=system_config.dataset_settings(), log=log)
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """Counts on the command line that cannot be right, before anything starts."""
-    if args.workers < 1:
+def check_args(options: TrainOptions) -> None:
+    """Counts that cannot be right (given on the command line or by the API), before anything
+    starts."""
+    if options.workers < 1:
         raise ConfigError(f"--workers must be at least 1 (prefetch processes per rank), got "
-                          f"{args.workers}")
-    if args.dry_run is not None and args.dry_run < 1:
-        raise ConfigError(f"--dry-run must be at least 1 (batches to time), got {args.dry_run}")
+                          f"{options.workers}")
+    if options.dry_run is not None and options.dry_run < 1:
+        raise ConfigError(f"--dry-run must be at least 1 (batches to time), got "
+                          f"{options.dry_run}")
 
 
 def tidy_temp(log: Callable[[str], None] = print) -> None:
