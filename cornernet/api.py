@@ -11,7 +11,6 @@ before work as before in a notebook afterwards. In a script, call them under
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,20 +45,6 @@ class TrainResult:
     metrics: dict | None = None
     evaluations: list[dict] = field(default_factory=list)
     iteration: int | None = None
-
-
-def _set_args(overrides: dict[str, Any]) -> list[str]:
-    """--set items of keyword overrides: `max_iter=2` or `db__input_size=[255, 255]`."""
-    return [f"{key.replace('__', '.')}={json.dumps(value)}" for key, value in overrides.items()]
-
-
-def _argv(config: str, config_dir: str | Path | None, device: str | None,
-          overrides: dict[str, Any], *more: str) -> list[str]:
-    argv = [config, *more]
-    argv += ["--config-dir", str(config_dir)] if config_dir is not None else []
-    argv += ["--device", device] if device is not None else []
-    sets = _set_args(overrides)
-    return argv + (["--set", *sets] if sets else [])
 
 
 def train(config: str, *, resume: str | int | None = None, fit: bool = True,

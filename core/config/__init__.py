@@ -8,7 +8,6 @@ from ..errors import ConfigError, closest, lookup
 from .dataset_settings import DatasetSettings
 from .overrides import (
     DEFAULT_SNAPSHOT,
-    add_set_arg,
     parse_overrides,
     snapshot_arg,
     snapshot_or_file_arg,
@@ -28,7 +27,7 @@ from .system import (
 )
 
 __all__ = ["CONFIG_DIR", "DEFAULT_SNAPSHOT", "PROJECT_ROOT", "ConfigError", "DatasetSettings",
-           "SystemConfig", "add_set_arg", "apply_overrides", "check_db_config", "closest",
+           "SystemConfig", "apply_overrides", "check_db_config", "closest",
            "config_dirs", "config_path", "load_config", "lookup", "overrides_of",
            "parse_overrides", "read_json", "run_record",
            "snapshot_arg", "snapshot_or_file_arg"]

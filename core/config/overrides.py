@@ -11,7 +11,6 @@ config, so a snapshot records them like any other setting.
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from pathlib import Path
@@ -20,13 +19,6 @@ from typing import Any
 from ..errors import ConfigError, UsageError, closest
 
 SECTIONS = ("system", "db")
-
-
-def add_set_arg(parser: argparse.ArgumentParser) -> None:
-    """--set, as train.py, test.py and demo.py take it."""
-    parser.add_argument("--set", dest="overrides", nargs="+", default=None, metavar="KEY=VALUE",
-                        help="change settings of the config, e.g. --set system.max_iter=2 "
-                             "db.input_size=[255,255] (a JSON value, or text)")
 
 
 def _value(text: str) -> Any:

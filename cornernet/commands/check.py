@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from core.config import load_config, lookup
-from core.config.options import ConfigOptions, DebugOptions
+from core.config.options import ConfigOptions, DataOptions, DebugOptions
 from core.engine.exits import exit_status
 from core.engine.process import keeps_process
 from core.errors import UsageError
@@ -43,9 +43,9 @@ DESCRIPTION = "Check a config's data before training"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckOptions(ConfigOptions, DebugOptions):
-    """What `cornernet check` takes. --data, --name and --no-fit are train's, with train's
-    names and meaning (the config as `cornernet train --data` resolves it, not written)."""
+class CheckOptions(DataOptions, ConfigOptions, DebugOptions):
+    """What `cornernet check` takes. --data, --name and --no-fit are train's (`DataOptions`,
+    declared once): the config as `cornernet train --data` resolves it, not written."""
 
     splits: tuple[str, ...] | None = option(
         None, "--splits", nargs="+",

@@ -10,16 +10,14 @@ loop itself is core/engine/loop.py; this module is the command line around it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from core.config.options import DataOptions
 from core.engine.options import TrainOptions
 from core.engine.process import keeps_process
-from cornernet.options import parse, parser_for
+from cornernet.options import parse
 
 if TYPE_CHECKING:
     from core.config import SystemConfig
@@ -31,11 +29,6 @@ DESCRIPTION = "Train CornerNet, CornerNet-Squeeze, CornerNet-Saccade or CornerNe
 def parse_args(argv: list[str] | None = None, prog: str | None = None) -> TrainOptions:
     """The command line as the frozen options (core/engine/options.py)."""
     return parse(TrainOptions, argv, prog or PROG, DESCRIPTION)
-
-
-def add_data_args(parser: argparse.ArgumentParser) -> None:
-    """--data, --name and --no-fit (`DataOptions`) added to another command's parser."""
-    parser_for(DataOptions, parser.prog, parser=parser)
 
 
 def data_run(options: TrainOptions, log: Callable[[str], None]
