@@ -15,8 +15,8 @@ from core.data.advice import settings_advice
 from core.errors import ConfigError
 from core.inference import registry
 from core.sample import (
-    CORNERNET,
-    CORNERNET_SACCADE,
+    CORNER_SAMPLING,
+    SACCADE_SAMPLING,
     data_sampling_func,
     image_bytes,
     sampler,
@@ -53,11 +53,11 @@ def test_each_view_is_the_one_its_batch_draws():
     configs = {"input_size": [127, 127], "rand_scales": [0.6, 1.0, 1.4], "border": 16,
                "rand_crop": True, "rand_center": True, "min_scale": 16, "init_sizes": [64, 96]}
     boxes = np.array([[10.0, 20.0, 60.0, 90.0]])
-    assert CORNERNET_SACCADE.view is saccade_view
-    ours = CORNERNET.view(np.random.default_rng(3), (200, 300), boxes, configs)
+    assert SACCADE_SAMPLING.view is saccade_view
+    ours = CORNER_SAMPLING.view(np.random.default_rng(3), (200, 300), boxes, configs)
     direct = cornernet_view(np.random.default_rng(3), (200, 300), configs)
     assert ours == direct
-    assert CORNERNET.advice and not CORNERNET_SACCADE.advice
+    assert CORNER_SAMPLING.advice and not SACCADE_SAMPLING.advice
     assert settings_advice([], "cornernet_saccade") == {
         "note": "no settings advice for sampling_function 'cornernet_saccade' (its crops are "
                 "drawn around objects)"}

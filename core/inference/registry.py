@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..sample import CORNERNET, CORNERNET_SACCADE, SamplingFunction, sampling_function
+from ..sample import CORNER_SAMPLING, SACCADE_SAMPLING, SamplingFunction, sampling_function
 from .cornernet import prepare_cornernet, run_cornernet
 from .cornernet_saccade import cornernet_saccade_inference
 from .timing import StageTimer
@@ -43,8 +43,8 @@ def run_saccade(db: Any, nnet: Any, images: list[np.ndarray],
 
 
 _INFERENCES: dict[SamplingFunction, Inference] = {
-    CORNERNET: Inference(prepare_cornernet, run_cornernet),
-    CORNERNET_SACCADE: Inference(_whole_image, run_saccade),
+    CORNER_SAMPLING: Inference(prepare_cornernet, run_cornernet),
+    SACCADE_SAMPLING: Inference(_whole_image, run_saccade),
 }
 test_func = {fn.name: inference for fn, inference in _INFERENCES.items()}
 

@@ -108,13 +108,13 @@ def _cornernet_view(rng: np.random.Generator, image_hw: tuple[int, int], boxes: 
     return cornernet_view(rng, image_hw, configs)
 
 
-CORNERNET = SamplingFunction("cornernet", cornernet_batch, cornernet_layout, cornernet,
+CORNER_SAMPLING = SamplingFunction("cornernet", cornernet_batch, cornernet_layout, cornernet,
                              _cornernet_view, advice=True)
-CORNERNET_SACCADE = SamplingFunction("cornernet_saccade", cornernet_saccade_batch,
+SACCADE_SAMPLING = SamplingFunction("cornernet_saccade", cornernet_saccade_batch,
                                      cornernet_saccade_layout, cornernet_saccade, saccade_view,
                                      advice=False)
-sampling_functions: dict[str, SamplingFunction] = {fn.name: fn for fn in (CORNERNET,
-                                                                          CORNERNET_SACCADE)}
+sampling_functions: dict[str, SamplingFunction] = {fn.name: fn for fn in (CORNER_SAMPLING,
+                                                                          SACCADE_SAMPLING)}
 # The original's name and call form: `data_sampling_func[name](system_config, db, k_ind)`.
 data_sampling_func = {name: fn.original for name, fn in sampling_functions.items()}
 
@@ -138,6 +138,6 @@ def sampler(name: str, strict_images: bool = False) -> Callable:
     return functools.partial(sampling_function(name).batch, strict_images=strict_images)
 
 
-__all__ = ["CORNERNET", "CORNERNET_SACCADE", "Layout", "SamplingFunction", "cornernet",
+__all__ = ["CORNER_SAMPLING", "SACCADE_SAMPLING", "Layout", "SamplingFunction", "cornernet",
            "cornernet_batch", "cornernet_saccade", "cornernet_saccade_batch", "data_sampling_func",
            "image_bytes", "sampler", "sampling_function", "sampling_functions"]
