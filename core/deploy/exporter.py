@@ -31,7 +31,7 @@ import torch
 
 from ..config import ConfigError, lookup
 from ..dbs import DatasetError, datasets
-from ..errors import UsageError
+from ..errors import RunFailure, UsageError
 from ..inference.cornernet import decode_kwargs, network_input, resize_and_pad
 from ..nnet.checkpoint import class_record, plain, read_snapshot, require_snapshot
 from ..utils import hints
@@ -129,9 +129,9 @@ class ExportReport:
         return lines
 
 
-class ExportCheckFailed(RuntimeError):
+class ExportCheckFailed(RunFailure, RuntimeError):
     """The exported graph does not reproduce torch; nothing was written. `report` says by how
-    much."""
+    much. A failure at run time (exit 1, one line), and a RuntimeError as before."""
 
     def __init__(self, report: ExportReport) -> None:
         found = report.differences
