@@ -109,7 +109,11 @@ def test_a_test_size_of_one_side_is_the_usage_error_it_was(capsys):
 def test_set_changes_the_config_whose_model_is_counted(capsys):
     from cornernet.commands.analyze_model import parse_args, run
 
-    four = run(parse_args(["CornerNet_Tiny", "--device", "cpu"]))["parameters"]["total"]
+    lines: list[str] = []
+    four = run(parse_args(["CornerNet_Tiny", "--device", "cpu"]),
+               log=lines.append)["parameters"]["total"]
+    # the report goes through `log` (the API's caller decides where), nothing to stdout
+    assert capsys.readouterr().out == "" and f"{four:,}" in "\n".join(lines)
     three = run(parse_args(["CornerNet_Tiny", "--device", "cpu", "--set", "db.categories=3"]))
     # one category fewer: the two heatmap heads (top-left, bottom-right) each lose one output
     # channel of their last 1x1 convolution, 32 weights and a bias

@@ -105,7 +105,7 @@ def run(options: AnalyzeModelOptions, log: Callable[[str], None] = print) -> dic
                                            overrides=options.overrides)
     check_input_fit(system_config.model_name, options.test_size, "--test-size")
     report = analyze(system_config, db_config, options.test_size, device)
-    print(format_report(report))
+    log(format_report(report))
     if options.json is not None:
         options.json.write_text(json.dumps(report, indent=1))
     return report

@@ -174,13 +174,13 @@ def run(options: AnalyzeResultsOptions, log: Callable[[str], None] = print) -> d
     truth, found, categories = read_run(Path(summary["annotation_file"]), results_file,
                                         image_ids)
     analysis = breakdown(truth, found, categories)
-    print(format_breakdown(analysis))
+    log(format_breakdown(analysis))
     if len({int(c) for g in truth.values() for c in g.category}) > 1:
         shuffled = breakdown(shuffled_truth(truth, seed=0), found, categories)["overall"]
         analysis["shuffled_labels"] = shuffled
-        print(f"label control: AP50 {analysis['overall']['C50']:.4f} against the annotations, "
-              f"{shuffled['C50']:.4f} against the same boxes with their category ids shuffled "
-              f"(every category moved to another)")
+        log(f"label control: AP50 {analysis['overall']['C50']:.4f} against the annotations, "
+            f"{shuffled['C50']:.4f} against the same boxes with their category ids shuffled "
+            f"(every category moved to another)")
     (folder / "breakdown.json").write_text(json.dumps(analysis, indent=1))
     ids = [c["id"] for c in categories]
     matrix = confusion_matrix(truth, found, ids, options.score_thresh, options.iou_thresh)
@@ -192,8 +192,8 @@ def run(options: AnalyzeResultsOptions, log: Callable[[str], None] = print) -> d
     plot_confusion(matrix, [*names, "background / missed"], folder / "confusion.png",
                    f"{options.cfg_file} {testiter} {split}: score > {options.score_thresh}, "
                    f"IoU >= {options.iou_thresh}")
-    print(f"wrote {folder / 'breakdown.json'}, {folder / 'confusion.json'} and "
-          f"{folder / 'confusion.png'}")
+    log(f"wrote {folder / 'breakdown.json'}, {folder / 'confusion.json'} and "
+        f"{folder / 'confusion.png'}")
     return analysis
 
 

@@ -152,7 +152,7 @@ def run(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
 
         system_config, db_config, _ = data_config(
             options.cfg_file, options.data, options.name, options.overrides,
-            fit=not options.no_fit, config_dir=options.config_dir, log=print, write=False)
+            fit=not options.no_fit, config_dir=options.config_dir, log=log, write=False)
     else:
         system_config, db_config = load_config(options.cfg_file, options.config_dir,
                                                overrides=options.overrides)
@@ -168,31 +168,31 @@ def run(options: CheckOptions, log: Callable[[str], None] = print) -> dict:
         samples = options.crop_samples if split == system_config.train_split else 0
         reports[split], hashes[split], points[split] = split_report(
             db, system_config.sampling_function, samples, system_config.seed)
-        print(summary(split, reports[split]))
+        log(summary(split, reports[split]))
         if split == system_config.train_split:
             reports[split]["settings"] = settings_advice(db, system_config.sampling_function,
                                                          options.crop_samples, system_config.seed)
-            print("\n".join(advice_lines(reports[split]["settings"])))
+            log("\n".join(advice_lines(reports[split]["settings"])))
     both = across_splits(reports, hashes)
     for key, names in both["classes_in_one_split_only"].items():
-        print(f"classes of {key}: {', '.join(names)}")
-    print(f"images found in two splits: {both['images_in_two_splits']['count']}")
+        log(f"classes of {key}: {', '.join(names)}")
+    log(f"images found in two splits: {both['images_in_two_splits']['count']}")
     both["images_in_no_split"] = unnamed_images(dbs)
     if both["images_in_no_split"]["count"]:
-        print(f"images in the splits' folders that no annotation names (in no split): "
-              f"{both['images_in_no_split']['count']}, e.g. "
-              f"{both['images_in_no_split']['examples'][0]}")
+        log(f"images in the splits' folders that no annotation names (in no split): "
+            f"{both['images_in_no_split']['count']}, e.g. "
+            f"{both['images_in_no_split']['examples'][0]}")
     report = {"config": options.cfg_file, "splits": reports, "across_splits": both}
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"wrote {out / 'report.json'}")
+    log(f"wrote {out / 'report.json'}")
 
     picture = out / "train_batch0.jpg"
     sample = sampler(system_config.sampling_function, system_config.strict_images)
     save_batch_picture(sample, dataset(db_config, split=system_config.train_split,
                                        sys_config=system_config), picture, options.batch_images)
-    print(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
-          f"heatmaps with offset arrows, one row per image")
-    print(draw_labels(out / "labels.png", reports, points))
+    log(f"wrote {picture}: the crop with its boxes, then the top-left and bottom-right "
+        f"heatmaps with offset arrows, one row per image")
+    log(draw_labels(out / "labels.png", reports, points))
     return report
 
 

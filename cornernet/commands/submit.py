@@ -188,9 +188,9 @@ def run(options: SubmitOptions, log: Callable[[str], None] = print) -> int:
     finally:
         sys.stderr.write("".join(line for line in said.getvalue().splitlines(keepends=True)
                                  if "sbatch: error" not in line))
-    print(f"submitted job {job.job_id}: logs in {options.folder.replace('%j', str(job.job_id))}; "
-          + ("requeued after each time limit until training ends" if options.max_requeues ==
-             UNLIMITED_REQUEUES else f"requeued after at most {options.max_requeues} time limits"))
+    log(f"submitted job {job.job_id}: logs in {options.folder.replace('%j', str(job.job_id))}; "
+        + ("requeued after each time limit until training ends" if options.max_requeues ==
+           UNLIMITED_REQUEUES else f"requeued after at most {options.max_requeues} time limits"))
     if options.wait:
         try:
             return int(job.result() or 0)
