@@ -56,18 +56,6 @@ class CheckOptions(DataOptions, ConfigOptions, DebugOptions):
     crop_samples: int = option(64, "--crop-samples", parse=int,
                                help="training images that get one augmented view each to "
                                     "measure the crop cut-offs")
-    data: Path | None = option(None, "--data", parse=Path, metavar="PATH",
-                               help="train on this export: a data.yaml, a COCO json, or a folder "
-                                    "(Roboflow, CVAT, YOLO, VOC, labelImg); the config gives the "
-                                    "model and the training settings, the data its classes and "
-                                    "splits")
-    name: str | None = option(None, "--name",
-                              help="with --data: the run's name, which test, predict, export "
-                                   "and --iter then take in place of a config (default: "
-                                   "<config>-<data folder>)")
-    no_fit: bool = option(False, "--no-fit",
-                          help="with --data: keep the config's input size, crop scales and "
-                               "test scales instead of fitting them to the data's sizes")
 
     def __post_init__(self) -> None:
         super().__post_init__()
