@@ -12,7 +12,7 @@ exception that escapes, as the interpreter would), `stdout` and `stderr`.
 
 What the run changed for the whole process is put back by the commands' own list,
 core/engine/process.py's `process_kept` (KEPT: signals, environment, working folder, argv,
-warnings, logging, torch's threads and random states, the locks taken), around the run and the
+logging, torch's threads and random states, the locks taken), around the run and the
 set-up that makes this process look fresh to it.
 
 What a process of its own still owns, and is still tested with one: signals sent from outside,
@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,10 @@ def run_script(script: str | Path, *args: object, env: dict[str, str] | None = N
     env["OMP_NUM_THREADS"] = str(threads or int(env.get("OMP_NUM_THREADS", "1")))
     out, err = io.StringIO(), io.StringIO()
     start = time.perf_counter()
-    with process_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    # The warning filters are the caller's (CALLER_OWNS: an import adds its own for good); a
+    # fresh process starts with its own, so the harness scopes them to the run.
+    with process_kept(), warnings.catch_warnings(), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
         os.environ.update(env)
         os.chdir(cwd or ROOT)
         sys.argv[:] = argv

@@ -229,24 +229,98 @@ def test_load_config_needs_nothing_imported_before_it(tmp_path):
     assert lines[2] == "False"
 
 
-def test_a_command_puts_back_the_folder_argv_warnings_and_logging(tmp_path):
-    """What tests/_inproc.py needs put back after a script is on the one list (KEPT) too."""
+def test_a_command_puts_back_the_folder_argv_and_logging_and_leaves_import_filters(tmp_path):
+    """What tests/_inproc.py needs put back after a script is on the one list (KEPT) too; the
+    warning filters a module adds at import stay, as they would in a fresh process."""
     import logging
     import warnings
 
     from core.engine.process import process_kept
 
-    cwd, argv, filters = os.getcwd(), list(sys.argv), list(warnings.filters)
+    cwd, argv = os.getcwd(), list(sys.argv)
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    with process_kept():
+    with warnings.catch_warnings():
+        before = len(warnings.filters)
+        with process_kept():
+            os.chdir(tmp_path)
+            sys.argv[:] = ["elsewhere.py", "--flag"]
+            root.addHandler(logging.NullHandler())
+            root.setLevel(logging.DEBUG)
+            warnings.filterwarnings("ignore", message="an import-time filter")  # as torch's
+        assert os.getcwd() == cwd and sys.argv == argv
+        assert root.handlers == handlers and root.level == level
+        assert len(warnings.filters) == before + 1
+
+
+def test_a_command_on_a_worker_thread_leaves_what_the_main_thread_changes_meanwhile(tmp_path):
+    """The folder, argv and root logger belong to the whole process: a command on a web
+    server's thread does not put back, when it ends, what it read before the main thread
+    changed them."""
+    import logging
+    import threading
+
+    from core.engine.process import process_kept
+
+    started, changed = threading.Event(), threading.Event()
+
+    def work() -> None:
+        with process_kept():
+            started.set()
+            changed.wait(10)
+
+    cwd, argv, root = os.getcwd(), list(sys.argv), logging.getLogger()
+    handler = logging.NullHandler()
+    worker = threading.Thread(target=work, name="web")
+    worker.start()
+    try:
+        started.wait(10)
         os.chdir(tmp_path)
-        sys.argv[:] = ["elsewhere.py", "--flag"]
-        warnings.simplefilter("error")
-        root.addHandler(logging.NullHandler())
-        root.setLevel(logging.DEBUG)
-    assert os.getcwd() == cwd and sys.argv == argv and warnings.filters == filters
-    assert root.handlers == handlers and root.level == level
+        sys.argv.append("--main")
+        root.addHandler(handler)
+        changed.set()
+        worker.join(10)
+        assert os.getcwd() == str(tmp_path) and sys.argv[-1] == "--main"
+        assert handler in root.handlers
+    finally:
+        os.chdir(cwd)
+        sys.argv[:] = argv
+        root.removeHandler(handler)
+
+
+def test_the_lock_table_holds_under_threads_taking_and_releasing_at_once(tmp_path):
+    """Commands on several threads take and release folder locks while another puts back the
+    process: no 'dictionary changed size' and every lock ends released."""
+    import threading
+
+    from core.utils import lock
+
+    errors: list[BaseException] = []
+
+    def churn(k: int) -> None:
+        try:
+            for i in range(200):
+                folder = tmp_path / f"t{k}-{i}"
+                folder.mkdir()
+                lock.release(lock.acquire(folder, print))
+        except BaseException as err:  # noqa: BLE001 - the main thread asserts on it
+            errors.append(err)
+
+    def sweep() -> None:
+        try:
+            for _ in range(2000):
+                lock.release_all(keep=lock.held(), thread=threading.get_ident())
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=churn, args=(k,)) for k in range(3)]
+    threads += [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and lock.held() == []
+    assert not list(tmp_path.glob("*/.lock"))
 
 
 def test_a_command_releases_the_locks_its_thread_took_and_no_other(tmp_path):

@@ -32,6 +32,7 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -218,11 +219,11 @@ def run_rank(train: Train, local_rank: int, procs: int, options: TrainOptions,
         if watch is not None:
             watch.report(text)
         if status == 2:  # a mistake found at start: nothing was written, no folder is left
-            lock.release_all()
+            lock.release_all(thread=threading.get_ident())
             lock.remove_empty(*written)
         return status
     finally:
-        lock.release_all()
+        lock.release_all(thread=threading.get_ident())  # this run's: another thread's stay
         if watch is not None:
             watch.close()
         dist_utils.cleanup()

@@ -8,6 +8,9 @@ and puts back when its `run` returns or raises (`process_kept`, which every comm
 that the test process is after it as a fresh process would have left it); `CALLER_OWNS` is what
 it leaves as it is, and why.
 
+- What belongs to the whole process and may change under a command from another thread (the
+  working folder, sys.argv, the root logger) is put back only when the command ran on the main
+  thread: a command on a worker thread never undoes what the main thread did meanwhile.
 - Signal handlers belong to the main thread: Python runs them there, and only there may they be
   installed. On any other thread a command installs none (core/engine/stop.py), so Ctrl-C and
   SIGTERM do not stop it and act on the main thread as before; it says so once per process.
@@ -27,7 +30,6 @@ import os
 import signal
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +52,7 @@ class Kept:
     what: str
     read: Callable[[], Any]
     put_back: Callable[[Any], None]
+    main_thread_only: bool = False  # process-wide, shared with threads the command does not own
 
 
 def _module(name: str) -> Any:
@@ -84,16 +87,6 @@ def _put_cwd(saved: str) -> None:
 def _put_argv(saved: list[str]) -> None:
     if sys.argv != saved:
         sys.argv[:] = saved
-
-
-def _warning_filters() -> list:
-    return list(warnings.filters)
-
-
-def _put_warning_filters(saved: list) -> None:
-    if warnings.filters != saved:
-        warnings.resetwarnings()  # tells the modules' warning registries that the filters changed
-        warnings.filters[:] = saved
 
 
 def _logging() -> tuple[list, int]:
@@ -189,10 +182,11 @@ KEPT: tuple[Kept, ...] = (
     Kept("the calling thread's signal mask", _mask,
          lambda saved: signal.pthread_sigmask(signal.SIG_SETMASK, saved)),
     Kept("the environment (os.environ)", lambda: dict(os.environ), _put_environ),
-    Kept("the working folder", os.getcwd, _put_cwd),
-    Kept("sys.argv", lambda: list(sys.argv), _put_argv),
-    Kept("the warning filters", _warning_filters, _put_warning_filters),
-    Kept("the root logger's handlers and level", _logging, _put_logging),
+    Kept("the working folder (on the main thread)", os.getcwd, _put_cwd, main_thread_only=True),
+    Kept("sys.argv (on the main thread)", lambda: list(sys.argv), _put_argv,
+         main_thread_only=True),
+    Kept("the root logger's handlers and level (on the main thread)", _logging, _put_logging,
+         main_thread_only=True),
     Kept("the locks of snapshot and results folders (those the command's thread took are "
          "released)", lock.held,
          lambda saved: lock.release_all(keep=saved, thread=threading.get_ident())),
@@ -211,21 +205,41 @@ CALLER_OWNS: tuple[str, ...] = (
     "torch's inter-op thread count: no command sets it (torch allows it once per process)",
     "the random state of a GPU whose CUDA the command initialised: the caller had none yet",
     "imported modules and the prefetch workers' fork server, kept for the next command",
+    ("the warning filters: a module the command imports adds its own at import, for good, as "
+     "in a fresh process; a command's own filters are scoped (warnings.catch_warnings)"),
+    ("the working folder, sys.argv and the root logger when the command ran on another thread "
+     "than the main one: the main thread may change them meanwhile"),
     "a Detector's threads= (set when it is made, as asked)",
 )
 
 _said_off_main: list[str] = []  # the thread named in the one note of this process
 
 
+_SKIPPED = object()  # an entry left alone on this thread
+
+
+def _here(kept: Kept) -> bool:
+    return not kept.main_thread_only or threading.current_thread() is threading.main_thread()
+
+
 def read_kept() -> list[Any]:
-    """The state of every entry of KEPT, in order."""
-    return [kept.read() for kept in KEPT]
+    """The state of every entry of KEPT this thread puts back, in order."""
+    return [kept.read() if _here(kept) else _SKIPPED for kept in KEPT]
 
 
 def put_back(saved: list[Any]) -> None:
-    """Restore what `read_kept` read (the handlers before the mask lets a pending signal in)."""
+    """Restore what `read_kept` read (the handlers before the mask lets a pending signal in).
+    Every entry is tried; the first error is raised after the rest are put back."""
+    failed: BaseException | None = None
     for kept, state in zip(KEPT, saved):
-        kept.put_back(state)
+        if state is _SKIPPED:
+            continue
+        try:
+            kept.put_back(state)
+        except Exception as err:  # noqa: BLE001 - the others are still put back
+            failed = failed or err
+    if failed is not None:
+        raise failed
 
 
 def _say_off_main() -> None:

@@ -21,6 +21,7 @@ from .procs import is_alive, process_identity
 
 NAME = ".lock"
 _held: dict[Path, int] = {}  # each lock file this process holds -> the thread that took it
+_table = threading.Lock()  # commands on several threads take and release locks at once
 
 
 def acquire(folder: Path, log: Callable[[str], None],
@@ -41,7 +42,8 @@ def acquire(folder: Path, log: Callable[[str], None],
             continue
         with os.fdopen(fd, "w") as file:
             file.write(mine)
-        _held[path] = threading.get_ident()
+        with _table:
+            _held[path] = threading.get_ident()
         return path
     raise ConfigError(f"{folder} is being locked by another run at this moment ({path}); "
                       f"start one run per snapshot folder")
@@ -70,15 +72,17 @@ def _take_over_if_stale(path: Path, log: Callable[[str], None], elsewhere: str) 
 
 def release(path: Path) -> None:
     """Remove the lock file `path` that `acquire` returned (another thread's locks stay)."""
-    if path in _held:
-        del _held[path]
-        with contextlib.suppress(OSError):
-            path.unlink()
+    with _table:
+        if _held.pop(path, None) is None:
+            return
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def held() -> list[Path]:
     """The lock files this process holds now, oldest first."""
-    return list(_held)
+    with _table:
+        return list(_held)
 
 
 def release_all(keep: Iterable[Path] = (), thread: int | None = None) -> None:
@@ -86,9 +90,12 @@ def release_all(keep: Iterable[Path] = (), thread: int | None = None) -> None:
     in `keep`; with `thread`, only those that thread took (a command run on one thread leaves
     another's locks alone)."""
     keep = set(keep)
-    for path in [path for path, taker in _held.items()
-                 if path not in keep and thread in (None, taker)]:
-        del _held[path]
+    with _table:
+        mine = [path for path, taker in _held.items()
+                if path not in keep and thread in (None, taker)]
+        for path in mine:
+            del _held[path]
+    for path in mine:
         with contextlib.suppress(OSError):
             path.unlink()
 
