@@ -47,6 +47,41 @@ class TrainResult:
     iteration: int | None = None
 
 
+def _options(cls: type, config: str, keywords: dict[str, Any], **named: Any) -> Any:
+    """The options value `cls` of an API call, built directly (no argv, no JSON).
+
+    A keyword that is a field of `cls` sets it (None: the command line's default); any other is
+    a setting of the config, as --set writes it (`db__input_size` is db.input_size), after an
+    `overrides=` given as a {key: value} dict or (key, value) pairs. `named` are the call's own
+    arguments for fields (`snapshot` is `testiter`, `path` is `out`): given both ways, refused.
+    A keyword that is an option and also a config key (train's `requeue`, `stop_signal`) sets
+    both, so `requeue=False` turns off a config's `requeue: true` as `--set requeue=false` did.
+    Values are held to the command line's choices (a UsageError naming the keyword)."""
+    from core.errors import UsageError
+    from core.utils.options import check_choices, split_keywords
+
+    for field_name, value in named.items():
+        if value is not None and keywords.get(field_name) is not None:
+            raise UsageError(f"{field_name} is given twice: by its own argument and as a "
+                             f"keyword; give it once")
+    fields, settings = split_keywords(cls, {**keywords, **{key: value for key, value in
+                                                           named.items() if value is not None}})
+    given = {key: value for key, value in fields.items() if value is not None}
+    extra = given.pop("overrides", ())
+    extra = tuple(extra.items()) if isinstance(extra, dict) else tuple(tuple(item)
+                                                                        for item in extra)
+    both = tuple((key, given[key]) for key in _CONFIG_KEYS_TOO if key in given)
+    overrides = extra + both + tuple((key.replace("__", "."), value)
+                                     for key, value in settings.items())
+    options = cls(cfg_file=config, overrides=overrides, **given)
+    check_choices(options)
+    return options
+
+
+# Options of train that are also keys of a config (system.requeue, system.stop_signal).
+_CONFIG_KEYS_TOO = ("requeue", "stop_signal")
+
+
 def train(config: str, *, resume: str | int | None = None, fit: bool = True,
           **keywords: Any) -> TrainResult:
     """Train `config` as `cornernet train` does. A keyword that names one of its options
@@ -55,22 +90,14 @@ def train(config: str, *, resume: str | int | None = None, fit: bool = True,
     keyword is a setting of the config (`max_iter=2`, `db__input_size=[255, 255]`, as `--set`).
     `resume` is `--iter` (an iteration or "latest"); `fit=False` is `--no-fit`; an option
     given as None keeps its default. Returns a `TrainResult` read from the run's own files."""
-    import dataclasses
-
     from core.engine import records
     from core.engine.exits import USER_MISTAKES
     from core.engine.options import TrainOptions
-    from core.utils.options import split_keywords
 
     from .commands import train as command
 
-    given, settings = split_keywords(TrainOptions, keywords)
-    given = {key: value for key, value in given.items() if value is not None}
-    if resume is not None:
-        given["start_iter"] = resume
-    given.setdefault("no_fit", not fit)
-    options = TrainOptions(cfg_file=config, **given)
-    options = dataclasses.replace(options, overrides=options.overrides + tuple(settings.items()))
+    options = _options(TrainOptions, config, keywords, start_iter=resume,
+                       no_fit=None if fit else True)
     try:
         name, folder = records.where(options)
     except USER_MISTAKES:  # the run says it in its one line, and ends with status 2
@@ -92,16 +119,10 @@ def evaluate(config: str, snapshot: int | str | Path | None = None, **keywords: 
     `cornernet.commands.test.TestOptions`, with the command line's defaults; None: the
     default); any other changes a setting of the config, as for `train` (`test_scales=[0.5]`,
     `db__top_k=50`)."""
-    from core.utils.options import split_keywords
-
     from .commands import test as command
 
-    chosen, settings = split_keywords(command.TestOptions, keywords)
-    chosen = {key: value for key, value in chosen.items() if value is not None}
-    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
-    options = command.TestOptions(cfg_file=config, testiter=snapshot, overrides=overrides,
-                                  **chosen)
-    return command.run(options)
+    # TestOptions reads a snapshot given as text itself, as the command line does
+    return command.run(_options(command.TestOptions, config, keywords, testiter=snapshot))
 
 
 def _snapshot(snapshot: int | str | Path | None) -> int | str | Path | None:
@@ -117,19 +138,6 @@ def _snapshot(snapshot: int | str | Path | None) -> int | str | Path | None:
         raise UsageError(f"snapshot {snapshot!r}: {err}") from None
 
 
-def _options(cls: type, config: str, snapshot: int | str | Path | None,
-             keywords: dict[str, Any]) -> Any:
-    """The options value `cls` of a call: keywords that are its fields set them (None: the
-    default), the others are settings of the config, as --set writes them (`db__input_size`
-    is db.input_size)."""
-    from core.utils.options import split_keywords
-
-    fields, settings = split_keywords(cls, keywords)
-    given = {key: value for key, value in fields.items() if value is not None}
-    overrides = tuple((key.replace("__", "."), value) for key, value in settings.items())
-    return cls(cfg_file=config, testiter=_snapshot(snapshot), overrides=overrides, **given)
-
-
 def benchmark(config: str, snapshot: int | str | Path | None = None,
               **keywords: Any) -> list[dict]:
     """`cornernet benchmark` of `config`'s snapshot `snapshot` (an iteration, "best", or a
@@ -139,7 +147,8 @@ def benchmark(config: str, snapshot: int | str | Path | None = None,
     defaults; other keywords are settings of the config, as for `train`."""
     from .commands import benchmark as command
 
-    return command.run(_options(command.BenchmarkOptions, config, snapshot, keywords))
+    return command.run(_options(command.BenchmarkOptions, config, keywords,
+                                testiter=_snapshot(snapshot)))
 
 
 def export(config: str, snapshot: int | str | Path | None = None, *,
@@ -154,5 +163,6 @@ def export(config: str, snapshot: int | str | Path | None = None, *,
     keywords are settings of the config, as for `train`."""
     from .commands import export as command
 
-    keywords = {**keywords, "out": path, "runtime": runtime, "precision": precision}
-    return command.run(_options(command.ExportOptions, config, snapshot, keywords))
+    return command.run(_options(command.ExportOptions, config, keywords,
+                                testiter=_snapshot(snapshot), out=path, runtime=runtime,
+                                precision=precision))

@@ -39,7 +39,7 @@ from core.deploy.defaults import DEFAULT_MAX_MAP, DEFAULT_OPSET
 from core.deploy.network import InferenceNetwork, snapshot_config
 from core.deploy.runtimes import RUNTIMES, open_network, runtime_of
 from core.errors import UsageError
-from core.inference.registry import test_func
+from core.inference.registry import inference_of
 from core.nnet.checkpoint import (
     SNAPSHOT_FORMAT,
     class_record,
@@ -146,8 +146,7 @@ class Detector:
             names = table[0] if names is None else names
             category_ids = table[1] if category_ids is None else category_ids
         self.names, self.category_ids = [str(n) for n in names], [int(c) for c in category_ids]
-        self._inference = lookup(test_func, system_config.sampling_function,
-                                 "sampling function")
+        self._inference = inference_of(system_config.sampling_function)
         self.frames_skipped: list[str] = []  # why each unreadable input of `predict` was skipped
         self.saved: SavedPredictions | None = None  # what `predict(save_to=)` wrote
 

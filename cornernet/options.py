@@ -19,7 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from core.utils.options import MISSING, Cli, cli_of
+from core.utils.options import MISSING, Cli, cli_of, default_of
 
 T = TypeVar("T")
 
@@ -42,14 +42,6 @@ def _reader(field: dataclasses.Field, cli: Cli) -> Callable[[str], Any] | None:
     return read
 
 
-def _default(field: dataclasses.Field) -> Any:
-    if field.default is not MISSING:
-        return field.default
-    if field.default_factory is not MISSING:
-        return field.default_factory()
-    return None
-
-
 def _switch(field: dataclasses.Field, cli: Cli) -> bool:
     return field.default is False and cli.parse is None and cli.nargs is None
 
@@ -62,11 +54,11 @@ def _now(value: Any) -> Any:
 
 def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) -> None:
     cli = dataclasses.replace(cli, help=_now(cli.help), choices=_now(cli.choices))
-    kwargs: dict[str, Any] = {"help": argparse.SUPPRESS if cli.hidden else cli.help}
+    kwargs: dict[str, Any] = {"help": cli.help}
     if not cli.flags:  # positional
-        if field.default is not MISSING or field.default_factory is not MISSING:
+        if default_of(field) is not MISSING:
             kwargs["nargs"] = cli.nargs or "?"
-            kwargs["default"] = _default(field)
+            kwargs["default"] = default_of(field)
         elif cli.nargs is not None:
             kwargs["nargs"] = cli.nargs
         kwargs.update({"type": _reader(field, cli), "choices": cli.choices,
@@ -74,10 +66,10 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
         parser.add_argument(field.name, **{k: v for k, v in kwargs.items() if v is not None})
         return
     kwargs["dest"] = field.name
-    if field.default is MISSING and field.default_factory is MISSING:
+    if default_of(field) is MISSING:
         kwargs["required"] = True  # a flag the value cannot do without (predict's --images)
     else:
-        kwargs["default"] = _default(field)
+        kwargs["default"] = default_of(field)
     if cli.negatable:
         kwargs["action"] = argparse.BooleanOptionalAction
     elif cli.repeat:  # None when not given: the field keeps its default
@@ -87,7 +79,7 @@ def _add(parser: argparse.ArgumentParser, field: dataclasses.Field, cli: Cli) ->
         kwargs["action"] = "store_true"
     else:
         kwargs.update({"type": _reader(field, cli), "choices": cli.choices,
-                       "metavar": cli.metavar, "nargs": cli.nargs, "const": cli.const})
+                       "metavar": cli.metavar, "nargs": cli.nargs})
     parser.add_argument(*cli.flags, **{k: v for k, v in kwargs.items()
                                        if v is not None or k == "default"})
 

@@ -163,3 +163,28 @@ def test_detector_and_api_exports_find_the_boxes_of_the_commands_file(spread_exp
         np.testing.assert_array_equal(found.classes, expected.classes)
         np.testing.assert_allclose(found.boxes, expected.boxes, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(found.scores, expected.scores, rtol=1e-5, atol=1e-5)
+
+
+def test_every_api_entry_takes_path_overrides_and_refuses_a_value_given_twice(captured,
+                                                                              tmp_path):
+    """`out=` is export's option as `path=` is; `overrides=` joins the keyword settings; a
+    snapshot given as its argument and as `testiter=` is refused, not silently chosen."""
+    cornernet.export("CocoTiny", out=tmp_path / "a.onnx")
+    assert captured[-1].out == tmp_path / "a.onnx"
+    cornernet.benchmark("CocoTiny", overrides={"db.test_scales": [0.5]}, max_iter=3)
+    assert captured[-1].overrides == (("db.test_scales", [0.5]), ("max_iter", 3))
+    with pytest.raises(UsageError, match="testiter is given twice"):
+        cornernet.benchmark("CocoTiny", "best", testiter=7)
+    with pytest.raises(UsageError, match="out is given twice"):
+        cornernet.export("CocoTiny", path=tmp_path / "a.onnx", out=tmp_path / "b.onnx")
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda: cornernet.evaluate("CornerNet_Tiny", split="val"),
+     "split='val': expected one of training, validation, testing"),
+    (lambda: cornernet.evaluate("CornerNet_Tiny", backend="foo"), "backend='foo': expected"),
+    (lambda: cornernet.evaluate("CornerNet_Tiny", runtime="tensorrt"), "runtime='tensorrt'"),
+])
+def test_the_api_is_held_to_the_command_lines_choices(call, says):
+    with pytest.raises(UsageError, match=says):
+        call()

@@ -51,7 +51,7 @@ def test_defaults_are_the_declared_ones_on_both_sides():
     (["Cfg", "--workers", "0"], "--workers must be at least 1, got 0"),
     (["Cfg", "--testiter", "soon"], ("argument --testiter: expected an iteration number or "
                                     "'best', got 'soon'")),
-    (["Cfg", "--set", "max_iter"], "argument --set: --set max_iter: expected KEY=VALUE"),
+    (["Cfg", "--set", "max_iter"], "argument --set: max_iter: expected KEY=VALUE"),
 ])
 def test_bad_text_is_a_usage_error_with_the_checks_message(argv, message, capsys):
     with pytest.raises(SystemExit) as done:

@@ -56,8 +56,8 @@ def test_the_api_builds_the_options_with_no_argv_and_no_set_text(handed, monkeyp
     (built,) = handed
     assert built == TrainOptions(cfg_file="CornerNet_Tiny", workers=1, device="cpu",
                                  start_iter="2", weights=str(weights),
-                                 overrides=(("max_iter", 20), ("db__input_size", [255, 255]),
-                                            ("system__opt_algo", "sgd")))
+                                 overrides=(("max_iter", 20), ("db.input_size", [255, 255]),
+                                            ("system.opt_algo", "sgd")))
     assert isinstance(built.overrides[1][1], list)  # the value itself, not its JSON text
 
 
@@ -90,3 +90,19 @@ def test_check_takes_data_name_and_no_fit_as_train_declares_them():
 
     args = check.parse_args(["CornerNet_Tiny", "--data", "x", "--name", "n", "--no-fit"])
     assert (args.data, args.name, args.no_fit) == (Path("x"), "n", True)
+
+
+def test_requeue_false_from_the_api_turns_off_a_configs_requeue(monkeypatch):
+    """`requeue` is an option and a config key: the keyword sets both, as `--set requeue=false`
+    did before the options were values."""
+    from core.config import load_config
+
+    seen = []
+    monkeypatch.setattr(command, "run", lambda options, log=print: seen.append(options) or 0)
+    # a config whose system.requeue is true (here by overrides=), and the keyword saying no
+    cornernet.train("CornerNet_Tiny", overrides={"requeue": True}, requeue=False,
+                    stop_signal="TERM")
+    options = seen[-1]
+    assert options.requeue is False and options.stop_signal == "TERM"
+    system_config, _ = load_config("CornerNet_Tiny", overrides=options.overrides)
+    assert system_config.requeue is False and system_config.stop_signal == "TERM"

@@ -33,7 +33,7 @@ def setting(text: str) -> tuple[str, Any]:
     JSON, else the text itself (`system.opt_algo=sgd`)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--set {text}: expected KEY=VALUE, e.g. system.max_iter=2")
+        raise ValueError(f"{text}: expected KEY=VALUE, e.g. system.max_iter=2")
     return key, _value(value)
 
 
@@ -44,7 +44,7 @@ def _pair(item: object) -> tuple[str, Any]:
         try:
             return setting(item)
         except ValueError as err:
-            raise ConfigError(str(err)) from None
+            raise ConfigError(f"--set {err}") from None
     if (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)
             and item[0]):
         return item[0].replace("__", "."), item[1]

@@ -41,8 +41,6 @@ class Cli:
         repeat: the flag may be given more than once (`--slurm a=1 --slurm b=2`); its values
             are gathered, in order, into a tuple.
         negatable: a bool option that also takes --no-<flag> (argparse's BooleanOptionalAction).
-        const: with nargs "?", the value of the flag given without one.
-        hidden: kept out of --help (an internal or deprecated spelling).
     """
 
     flags: tuple[str, ...] = ()
@@ -53,23 +51,21 @@ class Cli:
     nargs: int | str | None = None
     repeat: bool = False
     negatable: bool = False
-    const: Any = None
-    hidden: bool = False
 
 
 def option(default: Any = MISSING, *flags: str, help: str | Callable[[], str] | None = None,
            parse: Callable[[str], Any] | None = None,
            choices: Sequence[Any] | Callable[[], Sequence[Any]] | None = None,
            metavar: str | tuple[str, ...] | None = None, nargs: int | str | None = None,
-           repeat: bool = False, negatable: bool = False, const: Any = None,
-           hidden: bool = False, factory: Callable[[], Any] | None = None) -> Any:
+           repeat: bool = False, negatable: bool = False,
+           factory: Callable[[], Any] | None = None) -> Any:
     """A dataclass field with its command-line form. No `flags`: a positional argument (with
     `default` MISSING, a required one); flags with `default` MISSING: a flag that must be
     given (`--images` of predict). A bool field with default False and no `parse` is a
     switch (`--initialize`); `negatable` adds `--no-<flag>`; `repeat` gathers a flag given
     several times into a tuple. `factory` in place of `default` for a mutable default."""
     cli = Cli(flags=tuple(flags), help=help, parse=parse, choices=choices, metavar=metavar,
-              nargs=nargs, repeat=repeat, negatable=negatable, const=const, hidden=hidden)
+              nargs=nargs, repeat=repeat, negatable=negatable)
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata={"cli": cli})
     return dataclasses.field(default=default, metadata={"cli": cli})
@@ -80,15 +76,20 @@ def cli_of(field: dataclasses.Field) -> Cli | None:
     return field.metadata.get("cli")
 
 
+def default_of(field: dataclasses.Field) -> Any:
+    """A field's default (its factory's value), or MISSING for a field that must be given."""
+    if field.default is not MISSING:
+        return field.default
+    if field.default_factory is not MISSING:
+        return field.default_factory()
+    return MISSING
+
+
 def defaults(cls: type) -> dict[str, Any]:
-    """{field name: default} of an options class (fields without a default left out)."""
-    found = {}
-    for field in dataclasses.fields(cls):
-        if field.default is not MISSING:
-            found[field.name] = field.default
-        elif field.default_factory is not MISSING:
-            found[field.name] = field.default_factory()
-    return found
+    """{field name: default} of an options class (fields without a default left out): what the
+    command line and the API both start from."""
+    return {field.name: default_of(field) for field in dataclasses.fields(cls)
+            if default_of(field) is not MISSING}
 
 
 def split_keywords(cls: type, keywords: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -97,3 +98,21 @@ def split_keywords(cls: type, keywords: dict[str, Any]) -> tuple[dict[str, Any],
     names = {field.name for field in dataclasses.fields(cls)}
     return ({key: value for key, value in keywords.items() if key in names},
             {key: value for key, value in keywords.items() if key not in names})
+
+
+def check_choices(options: Any) -> None:
+    """Hold a value built by keywords to the choices its command line offers (argparse checks
+    them there): a UsageError naming the field and the valid values."""
+    from ..errors import UsageError
+
+    for field in dataclasses.fields(options):
+        cli = cli_of(field)
+        if cli is None or cli.choices is None:
+            continue
+        valid = tuple(cli.choices() if callable(cli.choices) else cli.choices)
+        value = getattr(options, field.name)
+        values = value if isinstance(value, (tuple, list)) and cli.nargs is not None else (value,)
+        wrong = [item for item in values if item is not None and item not in valid]
+        if wrong:
+            raise UsageError(f"{field.name}={wrong[0]!r}: expected one of "
+                             f"{', '.join(map(str, valid))}")

@@ -42,6 +42,10 @@ class AnalyzeModelOptions(ConfigOptions, DeviceOptions, DebugOptions):
                                         metavar=("H", "W"),
                                         help="input of the test forward (default 511 511)")
     json: Path | None = option(None, "--json", parse=Path, help="also write the numbers here")
+    device: str | None = option(None, "--device",
+                                help="where the training step's activation memory is measured: "
+                                     "cpu, cuda or cuda:<index> (default: the GPU where there "
+                                     "is one)")
 
 
 def parse_args(argv: list[str] | None = None, prog: str | None = None) -> AnalyzeModelOptions:

@@ -74,6 +74,9 @@ class BenchmarkOptions(ConfigOptions, SnapshotOptions, DeviceOptions, DebugOptio
     """`cornernet benchmark`'s options; `cornernet.benchmark` builds the same value by keyword.
     --debug also shows each failing row's traceback."""
 
+    debug: bool = option(False, "--debug",
+                         help="show tracebacks of errors, also of each failing row's")
+
     images: int | None = option(None, "--images", parse=int,
                                 help="evaluate the first N validation images (default: all)")
     threads: tuple[int, ...] = option(MISSING, "--threads", parse=int, nargs="+",
