@@ -111,6 +111,15 @@ def tiny_db(coco128, tmp_path_factory):
 
 
 @pytest.fixture
+def named_run(tmp_path):
+    """A CornerNet_Tiny run over two pictures whose classes have names and ids of their own
+    (tests/_tiny_coco.py's NAMES and IDS), with its snapshot 0: the run folder (`tmp_path`/run)
+    with configs/Names.json."""
+    from _tiny_coco import named_run
+    return named_run(tmp_path / "run")
+
+
+@pytest.fixture
 def restore_handlers():
     """The stop and resume signals' handlers as they were before the test (a test that makes a
     StopRequest or runs `launch` in-process installs its own)."""

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _old_snapshot import LOOP_STATE, SYSTEM, old_snapshot
+from _tiny_nnet import batch_of, factory
 
 from core.deploy.network import InferenceNetwork
 from core.engine.evaluation import inference_network
@@ -18,8 +20,6 @@ from core.engine.run import DataPosition, Run
 from core.engine.snapshots import Best
 from core.engine.steps import TrainStep
 from tests._dense_reference import coco128_db
-from tests.test_old_snapshot import LOOP_STATE, SYSTEM, old_snapshot
-from tests.test_precision import batch_of, factory
 
 
 def share(*sizes: int) -> SimpleNamespace:
