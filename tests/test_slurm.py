@@ -64,6 +64,14 @@ def leftovers(root: Path) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_14(tmp_path_factory, coco128) -> Path:
+    """The 14 iterations of the requeue tests trained without interruption by our own launcher
+    (2 processes): the run each of them must end as, trained once for both."""
+    return spawned_reference(tmp_path_factory.mktemp("spawn"), coco128, max_iter=14,
+                             snapshot=100)
+
+
 def requeued_and_finished(cluster, job: int, timeout: float) -> dict:
     state = cluster.wait(job, lambda s: s.get("Restarts", "0") != "0"
                          and s.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED"}, timeout)
@@ -88,7 +96,7 @@ def test_template_with_two_tasks_trains_like_two_spawned_processes(slurm, tmp_pa
 
 
 def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_run(
-        slurm, tmp_path, coco128):
+        slurm, tmp_path, coco128, uninterrupted_14):
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
     out = tmp_path / "job.out"
@@ -103,8 +111,7 @@ def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_ru
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
     assert f"requeued SLURM job {job}" in text
     assert f"continuing from snapshot {iteration}" in text
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
     assert_one_record(root, 14)
     resumed = next(line for line in metrics(root) if line["iteration"] == iteration + 1)
     assert resumed["time"] > next(line["time"] for line in metrics(root)
@@ -156,7 +163,7 @@ def test_a_task_count_the_batch_cannot_be_dealt_to_is_one_line_before_training(
 
 
 def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninterrupted_one(
-        slurm, tmp_path, coco128, monkeypatch):
+        slurm, tmp_path, coco128, monkeypatch, uninterrupted_14):
     """tools/submit.py: SIGUSR2 (what submitit asks SLURM for) snapshots on every rank, then
     submitit's own handler checkpoints and requeues; the resubmitted call resumes."""
     pytest.importorskip("submitit")
@@ -180,8 +187,7 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     errors = (folder / f"{job.job_id}_0_log.err").read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", errors[-3000:]
     assert f"continuing from snapshot {iteration}" in log.read_text(errors="replace")
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
     assert_one_record(root, 14)
 
 
