@@ -1,4 +1,4 @@
-"""Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
+"""Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as tests/_data.py
 finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
 worker when the suite runs in parallel (pytest-xdist's `-n auto`, dealt by loadgroup: set here,
 not in pyproject's addopts, which pytest without pytest-xdist would refuse)."""
@@ -11,10 +11,9 @@ import signal
 
 import pytest
 import torch
+from _data import coco128_dir, looked_in, reference_dir
 from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
-
-from bench._shared import coco128_dir, looked_in, reference_dir
 
 # submitit configures logging at its first import (logging.config.dictConfig), which closes
 # every logging handler alive at that moment. absl's handler (imported with openvino and nncf)
