@@ -110,6 +110,7 @@ def test_an_old_snapshots_loop_state_goes_to_each_part(tmp_path, db):
     assert state["counts"] == {"skipped_images": 0, "dropped_objects": 0, "skipped_steps": 0}
 
 
+@pytest.mark.slow  # 2.4 s serially on 2 cores: the "not slow" loop keeps tests under 2 s
 def test_a_saver_snapshot_has_the_old_layout_and_resumes_every_part(tmp_path, db):
     nnet = factory(tmp_path, db, **SYSTEM)
     nnet.train(batch_of(db, 4))
