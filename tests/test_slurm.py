@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -139,11 +140,15 @@ def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_fin
     # The requeued job would get the same minute, and on a loaded machine spend it starting:
     # one limit is what this test is about, so the next job gets ten.
     slurm.cmd("scontrol", "update", f"JobId={job}", "TimeLimit=10")
-    state = requeued_and_finished(slurm, job, timeout=300)
+    # the uninterrupted run trains while SLURM requeues the job (seconds of waiting)
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(spawned_reference, tmp_path / "spawn", coco128, max_iter=last,
+                               snapshot=100000)
+        state = requeued_and_finished(slurm, job, timeout=300)
+        reference = training.result()
     text = out.read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
     assert "DUE TO TIME LIMIT" not in text  # the tasks ended themselves, before the limit
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=last, snapshot=100000)
     assert_equal_params(snapshot(root, last)["model"], snapshot(reference, last)["model"])
     assert_one_record(root, last)
 
