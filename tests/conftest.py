@@ -54,6 +54,9 @@ KNOWN = {
     "tests/test_data_runs.py": 25,
     "tests/test_distributed.py": 15,
     "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_prefetch]": 22,
+    "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_models]": 22,
+    "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_threads]": 20,
+    "tests/test_train.py::test_two_gloo_processes": 18,
     "tests/test_models.py::test_test_path_returns": 20,
     "tests/test_onnx_export.py": 6,
 }
