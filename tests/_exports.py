@@ -1,7 +1,8 @@
 """Exports as each exporter writes them, small, with their classes and images counted by hand:
 Roboflow YOLO and COCO, CVAT COCO 1.0, Label Studio's YOLO export, labelImg's folder of xml
 beside the images, and a VOC devkit. Each builder returns the path a user gives to `--data` and
-what a reader must find there."""
+what a reader must find there. Also the plainer datasets of the layout and advice tests: a VOC
+folder of hand-counted objects and a seeded YOLO set of grey images."""
 
 from __future__ import annotations
 
@@ -173,3 +174,51 @@ def voc_devkit(root: Path) -> Export:
 EXPORTS = {"roboflow_yolo": roboflow_yolo, "roboflow_coco": roboflow_coco,
            "cvat_coco": cvat_coco, "label_studio": label_studio, "labelimg": labelimg,
            "voc_devkit": voc_devkit}
+
+
+def grey_image(path: Path, width: int = 64, height: int = 48) -> None:
+    """A flat grey picture (a small file) where a reader only needs an image to be there."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(path), np.full((height, width, 3), 128, np.uint8))
+
+
+# per image stem: its objects as labelImg names them, (class name, x1, y1, x2, y2)
+VOC_OBJECTS = {"a": [("cat", 1, 2, 30, 40), ("dog", 10, 10, 20, 20)],
+               "b": [("dog", 5, 5, 60, 44), ("dog", 0, 0, 8, 8), ("bird", 3, 3, 9, 9)],
+               "c": [("cat", 2, 2, 50, 40)]}
+
+
+def hand_counted_devkit(root: Path, image_sets: bool) -> None:
+    """A VOC year folder of VOC_OBJECTS: JPEGImages/ and Annotations/, and with `image_sets`
+    ImageSets/Main/ (train a and b, val c, and a per-class list to pass over)."""
+    for stem, objects in VOC_OBJECTS.items():
+        grey_image(root / "JPEGImages" / f"{stem}.jpg")
+        labelimg_xml(root / "Annotations" / f"{stem}.xml", f"{stem}.jpg", objects)
+    if image_sets:
+        (root / "ImageSets" / "Main").mkdir(parents=True)
+        (root / "ImageSets" / "Main" / "train.txt").write_text("a\nb\n")
+        (root / "ImageSets" / "Main" / "val.txt").write_text("c\n")
+        (root / "ImageSets" / "Main" / "cat_train.txt").write_text("a  1\nb -1\n")
+
+
+def seeded_yolo(root: Path, side: int, images: int, sizes: tuple[float, float]) -> Path:
+    """A YOLO dataset of side x side images (flat grey, small files), 1-7 boxes each of
+    `sizes` pixels, seeded; val holds 4 images of its own. Returns its data.yaml."""
+    rng = np.random.default_rng(0)
+    for split, count in (("train", images), ("val", 4)):
+        (root / "labels" / split).mkdir(parents=True)
+        for k in range(count):
+            image = root / "images" / split / f"{split}{k}.jpg"
+            image.parent.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(image), np.full((side, side, 3), (60 if split == "train" else 160) + k,
+                                                np.uint8))
+            lines = []
+            for _ in range(rng.integers(1, 8)):
+                w, h = rng.uniform(*sizes, 2)
+                cx, cy = rng.uniform(w / 2, side - w / 2), rng.uniform(h / 2, side - h / 2)
+                lines.append(f"{rng.integers(0, 4)} {cx / side:.6f} {cy / side:.6f} "
+                             f"{w / side:.6f} {h / side:.6f}")
+            (root / "labels" / split / f"{split}{k}.txt").write_text("\n".join(lines) + "\n")
+    (root / "data.yaml").write_text("train: images/train\nval: images/val\n"
+                                    "names: [a, b, c, d]\n")
+    return root / "data.yaml"

@@ -11,9 +11,8 @@ import zlib
 from pathlib import Path
 
 import torch
+from _data import reference_dir
 from torch import nn
-
-from bench._shared import reference_dir
 
 # As the `reference` fixture finds it (CORNERNET_DATA, ../shared, ./shared).
 REFERENCE = reference_dir() or Path(__file__).resolve().parents[2] / "shared" / "reference"

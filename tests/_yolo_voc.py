@@ -1,5 +1,6 @@
 """The same images and boxes as a COCO json, a YOLO folder and a VOC folder, written from a
-coco128 annotation file by code of the tests' own (not the project's converter)."""
+coco128 annotation file by code of the tests' own (not the project's converter); and detections
+near a dataset's ground truth to score them with."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 import os
 from pathlib import Path
 from xml.sax.saxutils import escape
+
+import numpy as np
 
 
 def _load(coco_json: Path, crowds: bool) -> dict:
@@ -92,3 +95,21 @@ def write_voc(coco_jsons: dict[str, Path], images: Path, out: Path) -> list[str]
         (out / "ImageSets" / "Main").mkdir(parents=True, exist_ok=True)
         (out / "ImageSets" / "Main" / f"{split}.txt").write_text("\n".join(ids) + "\n")
     return names
+
+
+def noisy_truth(db, rng: np.random.Generator) -> dict:
+    """Detections that are the ground truth moved by a few pixels, with random scores, some
+    objects missed and some boxes given the wrong class: an AP between 0 and 1 in every class."""
+    detections = {}
+    for ind in range(len(db)):
+        boxes = db.detections(ind).astype(np.float64)
+        per_class: dict[int, list] = {}
+        for x1, y1, x2, y2, cls in boxes:
+            if rng.random() < 0.2:
+                continue
+            if rng.random() < 0.1:
+                cls = rng.integers(1, db.num_classes + 1)
+            box = np.array([x1, y1, x2, y2]) + rng.normal(0, 0.08 * (x2 - x1 + y2 - y1) / 2, 4)
+            per_class.setdefault(int(cls), []).append([*box, rng.random()])
+        detections[db.image_id(ind)] = {c: np.array(v) for c, v in per_class.items()}
+    return detections

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as bench/_shared.py
+"""Shared fixtures: the real data (CORNERNET_DATA, ../shared or ./shared, as tests/_data.py
 finds it), a small thread budget for CPU tests, and the groups that keep a shared fixture on one
 worker when the suite runs in parallel (pytest-xdist's `-n auto`, dealt by loadgroup: set here,
 not in pyproject's addopts, which pytest without pytest-xdist would refuse)."""
@@ -11,10 +11,9 @@ import signal
 
 import pytest
 import torch
+from _data import coco128_dir, looked_in, reference_dir
 from _onnx import spread_export  # noqa: F401 - one ONNX export, session-scoped
 from _slurm import slurm  # noqa: F401 - a single-node SLURM cluster, session-scoped
-
-from bench._shared import coco128_dir, looked_in, reference_dir
 
 # submitit configures logging at its first import (logging.config.dictConfig), which closes
 # every logging handler alive at that moment. absl's handler (imported with openvino and nncf)
@@ -27,7 +26,7 @@ with contextlib.suppress(ImportError):
 COCO128 = coco128_dir(subset=True)  # the full set, else the repository's 28 images
 REFERENCE = reference_dir()
 
-# Two threads for a serial run; one per worker when pytest-xdist runs one worker per core.
+# Two threads for a serial run; one per worker under pytest-xdist (a worker per core, and one).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
@@ -36,11 +35,41 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 SHARED = ("slurm", "spread_export")
 
 
+# Seconds of the tests that take longest, as one worker of `-n auto` on 2 cores ran them (issue
+# 45's measurements; a prefix of a test id names all its tests). Under pytest-xdist the costliest
+# groups and tests start first, so that the last to end is a short one; a slow test not named
+# here counts SLOW, any other FAST. The numbers order the tests and nothing else.
+KNOWN = {
+    "tests/test_slurm.py::test_a_time_limit": 140,
+    "tests/test_slurm.py::test_scancel_usr1": 65,
+    "tests/test_slurm.py::test_submitit_requeues": 55,
+    "tests/test_slurm.py::test_template_with_two_tasks": 40,
+    "tests/test_slurm.py::test_scancel_of_a_job": 31,
+    "tests/test_slurm.py": 15,
+    "tests/test_compiled.py::test_compiling_the_tiny_step": 110,
+    "tests/test_benchmark.py::test_compile_gives_eager_detections": 90,
+    "tests/test_gpu_check.py::test_the_rehearsal_passes": 47,
+    "tests/test_elastic.py::test_a_killed_rank": 45,
+    "tests/test_deploy.py": 12,
+    "tests/test_data_runs.py": 25,
+    "tests/test_distributed.py": 15,
+    "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_prefetch]": 22,
+    "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_models]": 22,
+    "tests/test_scripts.py::test_bench_script_runs_to_its_figures[bench_threads]": 20,
+    "tests/test_train.py::test_two_gloo_processes": 18,
+    "tests/test_models.py::test_test_path_returns": 20,
+    "tests/test_onnx_export.py": 6,
+}
+SLOW, FAST = 5.0, 0.3
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest without pytest-xdist must still start
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto`: one worker per CPU this process may use (xdist's own count is of physical
-    cores, 1 on a 2-vCPU machine with hyperthreads), at most 8: each worker holds torch."""
-    return max(1, min(8, len(os.sched_getaffinity(0))))
+    cores, 1 on a 2-vCPU machine with hyperthreads), and one more: the SLURM, launcher and
+    time-limit tests spend minutes waiting for their jobs and processes, and a worker that
+    waits would leave its CPU idle. At most 8: each worker holds torch."""
+    return max(2, min(8, len(os.sched_getaffinity(0)) + 1))
 
 
 def pytest_configure(config) -> None:
@@ -50,6 +79,9 @@ def pytest_configure(config) -> None:
     asked = any(arg == "--dist" or arg.startswith("--dist=") for arg in args)
     if getattr(config.option, "dist", "no") == "load" and not asked:
         config.option.dist = "loadgroup"
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        # the order `costliest_first` gives, not xdist's own (the groups with most tests first)
+        config.option.loadscopereorder = False
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -69,6 +101,27 @@ def pytest_collection_modifyitems(config, items):
         group = worker_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "dist", "no") != "no":
+        items[:] = costliest_first(items)
+
+
+def cost(item) -> float:
+    """What `item` is expected to take (KNOWN), in seconds."""
+    named = [prefix for prefix in KNOWN if item.nodeid.startswith(prefix)]
+    if named:
+        return KNOWN[max(named, key=len)]
+    return SLOW if item.get_closest_marker("slow") else FAST
+
+
+def costliest_first(items: list) -> list:
+    """The tests in the order xdist should deal them: each worker group (or test) by its
+    expected seconds, most first; a group's tests keep their order."""
+    groups: dict[str, list] = {}
+    for item in items:
+        marker = item.get_closest_marker("xdist_group")
+        groups.setdefault(marker.args[0] if marker else item.nodeid, []).append(item)
+    ranked = sorted(groups.values(), key=lambda group: -sum(map(cost, group)))
+    return [item for group in ranked for item in group]
 
 
 def worker_group(item) -> str | None:
@@ -108,6 +161,15 @@ def tiny_db(coco128, tmp_path_factory):
     """The coco128 training split as CornerNet_Tiny's dataset (80 classes)."""
     from tests._dense_reference import coco128_db
     return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
+
+
+@pytest.fixture
+def named_run(tmp_path):
+    """A CornerNet_Tiny run over two pictures whose classes have names and ids of their own
+    (tests/_tiny_coco.py's NAMES and IDS), with its snapshot 0: the run folder (`tmp_path`/run)
+    with configs/Names.json."""
+    from _tiny_coco import named_run
+    return named_run(tmp_path / "run")
 
 
 @pytest.fixture

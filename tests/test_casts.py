@@ -7,13 +7,13 @@ import contextlib
 
 import pytest
 import torch
+from _tiny_nnet import batch_of, tiny_config
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from core.data.chunks import deal
 from core.nnet import parallel
 from core.nnet.py_factory import NetworkFactory
 from tests._dense_reference import coco128_db
-from tests.test_precision import batch_of, tiny_config
 
 
 @pytest.fixture(scope="module")

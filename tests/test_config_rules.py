@@ -5,14 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+from _faults import one_line
 
 from core.config import CONFIG_DIR, ConfigError, SystemConfig, check_db_config, load_config
-
-
-def one_line(error: pytest.ExceptionInfo) -> str:
-    message = str(error.value)
-    assert "\n" not in message
-    return message
 
 
 @pytest.mark.parametrize("value", [-5, 0])

@@ -9,12 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _cuda import FP16_SCALE, SCORE_RTOL, decode_logits
+from _tiny_nnet import batch_of, tiny_config
 
 from core.data.chunks import deal
 from core.data.prefetch import Prefetcher
 from core.utils.device import configure, resolve_device
 from tests._fake_data import FakeDB, fake_sample
-from tests.test_precision import batch_of, tiny_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU (this machine has none)")
@@ -23,11 +24,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 needs_bf16 = pytest.mark.skipif(
     torch.cuda.is_available() and not torch.cuda.is_bf16_supported(including_emulation=False),
     reason="this GPU has no native bfloat16 (needs compute capability 8.0 or newer)")
-# The first fp16 loss scale of the training test: the largest gradient at initialisation (the
-# heat head's bias, about 4.6) times this is far below fp16's largest value, 65504.
-FP16_SCALE = 2.0 ** 10
-# Sigmoid scores of a GPU and of the CPU: a few float32 ulps apart at most.
-SCORE_RTOL = 4 * torch.finfo(torch.float32).eps
 needs_two = pytest.mark.skipif(torch.cuda.device_count() < 2,
                                reason="NCCL across processes needs 2 GPUs; this machine has "
                                       f"{torch.cuda.device_count()}")
@@ -107,10 +103,6 @@ def test_rendering_on_the_gpu_equals_the_cpu_and_never_waits_for_it(db):
         torch.cuda.set_sync_debug_mode("default")
     for got, want in zip(rendered, render_targets(batch, db.configs, 80)):
         assert torch.equal(got.cpu(), want)
-
-
-def decode_logits() -> torch.Tensor:
-    return torch.randn(3, 80, 64, 64, generator=torch.Generator().manual_seed(0)) * 2 - 5
 
 
 def test_decoding_on_the_gpu_equals_the_cpu_decoder_fed_the_gpu_scores():

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _cuda import FP16_SCALE, SCORE_RTOL, decode_logits
+from _data import is_full
+from _tiny_nnet import batch_of, tiny_config
 
-from bench._shared import is_full
 from core.models.py_utils.decode import peak_topk, sigmoid_scores
 from core.nnet.py_factory import NetworkFactory
 from tests._dense_reference import coco128_db
-from tests.test_cuda import FP16_SCALE, SCORE_RTOL, decode_logits
-from tests.test_precision import batch_of, tiny_config
 
 FP16_MAX = torch.finfo(torch.float16).max
 

@@ -9,38 +9,15 @@ import json
 import shutil
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pytest
+from _exports import seeded_yolo
 from _train_helpers import REPO
 
 from core.config import load_config
 from core.data.advice import advice_lines, settings_advice, suggest
 from core.data.check import class_lines, split_report, warn_split_overlap
 from core.dbs import datasets
-
-
-def _dataset(root: Path, side: int, images: int, sizes: tuple[float, float]) -> Path:
-    """A YOLO dataset of side x side images (flat grey, small files), 1-7 boxes each of
-    `sizes` pixels, seeded; val holds 4 images of its own."""
-    rng = np.random.default_rng(0)
-    for split, count in (("train", images), ("val", 4)):
-        (root / "labels" / split).mkdir(parents=True)
-        for k in range(count):
-            image = root / "images" / split / f"{split}{k}.jpg"
-            image.parent.mkdir(parents=True, exist_ok=True)
-            cv2.imwrite(str(image), np.full((side, side, 3), (60 if split == "train" else 160) + k,
-                                                np.uint8))
-            lines = []
-            for _ in range(rng.integers(1, 8)):
-                w, h = rng.uniform(*sizes, 2)
-                cx, cy = rng.uniform(w / 2, side - w / 2), rng.uniform(h / 2, side - h / 2)
-                lines.append(f"{rng.integers(0, 4)} {cx / side:.6f} {cy / side:.6f} "
-                             f"{w / side:.6f} {h / side:.6f}")
-            (root / "labels" / split / f"{split}{k}.txt").write_text("\n".join(lines) + "\n")
-    (root / "data.yaml").write_text("train: images/train\nval: images/val\n"
-                                    "names: [a, b, c, d]\n")
-    return root / "data.yaml"
 
 
 def _tiny(data_yaml: Path, tmp_path: Path, *more: str) -> tuple:
@@ -50,7 +27,7 @@ def _tiny(data_yaml: Path, tmp_path: Path, *more: str) -> tuple:
 
 
 def test_640_images_with_the_tiny_config_get_a_set_line_that_keeps_the_objects(tmp_path):
-    data_yaml = _dataset(tmp_path / "ds", 640, 16, (30, 300))
+    data_yaml = seeded_yolo(tmp_path / "ds", 640, 16, (30, 300))
     system, db_config = _tiny(data_yaml, tmp_path)
     db = datasets["YOLO"](db_config, split="train", sys_config=system)
     advice = settings_advice(db, system.sampling_function, samples=16)
@@ -83,7 +60,7 @@ def test_the_rule_grows_the_input_for_small_objects_and_leaves_fitting_settings_
 
 
 def test_missing_label_files_are_told_apart_from_empty_ones(tmp_path):
-    data_yaml = _dataset(tmp_path / "ds", 64, 6, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 6, (8, 30))
     labels = tmp_path / "ds" / "labels" / "train"
     (labels / "train0.txt").unlink()
     (labels / "train1.txt").unlink()
@@ -107,7 +84,7 @@ def test_missing_label_files_are_told_apart_from_empty_ones(tmp_path):
 
 
 def test_images_in_two_splits_are_warned_about(tmp_path):
-    data_yaml = _dataset(tmp_path / "ds", 64, 6, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 6, (8, 30))
     images = tmp_path / "ds" / "images"
     shutil.copy(images / "train" / "train3.jpg", images / "val" / "copy.jpg")  # same bytes
     system, db_config = _tiny(data_yaml, tmp_path)
@@ -131,7 +108,7 @@ def test_images_in_two_splits_are_warned_about(tmp_path):
 def test_train_py_and_test_py_warn_at_their_start(tmp_path):
     from _inproc import run_script
 
-    data_yaml = _dataset(tmp_path / "ds", 64, 4, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 4, (8, 30))
     images = tmp_path / "ds" / "images"
     shutil.copy(images / "train" / "train1.jpg", images / "val" / "copy.jpg")
     config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
@@ -158,7 +135,7 @@ def test_train_py_and_test_py_warn_at_their_start(tmp_path):
 
 
 def test_one_split_given_for_both_is_warned_about(tmp_path):
-    data_yaml = _dataset(tmp_path / "ds", 64, 5, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 5, (8, 30))
     system, db_config = _tiny(data_yaml, tmp_path, "system.val_split=train")
     said: list[str] = []
     train = datasets["YOLO"](db_config, split="train", sys_config=system)
@@ -173,7 +150,7 @@ def test_one_split_given_for_both_is_warned_about(tmp_path):
 def test_ap_scored_on_the_training_split_says_so_during_training_and_at_the_end(tmp_path):
     from _inproc import run_script
 
-    data_yaml = _dataset(tmp_path / "ds", 64, 4, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 4, (8, 30))
     trained = run_script(REPO / "train.py", "CornerNet_Tiny", "--workers", "1", "--set",
                          "system.dataset=YOLO", f"db.data_yaml={data_yaml}",
                          f"system.cache_dir={tmp_path / 'cache'}",

@@ -9,21 +9,14 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import cv2
-import numpy as np
 import pytest
-from _exports import labelimg_xml
+from _exports import VOC_OBJECTS, grey_image, hand_counted_devkit, labelimg_xml
 
 from core.config import ConfigError, SystemConfig
 from core.dbs import DatasetError, datasets
 from core.dbs.converted import Problems
 from core.dbs.voc import read_split as read_voc
 from core.dbs.yolo import read_split as read_yolo
-
-
-def _image(path: Path, width: int = 64, height: int = 48) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(path), np.full((height, width, 3), 128, np.uint8))
 
 
 def _per_class(content: dict) -> dict[str, int]:
@@ -46,7 +39,7 @@ def _roboflow(root: Path) -> Path:
               "test": {"e_jpg.rf.3d4e": ["1 0.4 0.4 0.2 0.3"]}}
     for split, files in labels.items():
         for stem, lines in files.items():
-            _image(root / split / "images" / f"{stem}.jpg")
+            grey_image(root / split / "images" / f"{stem}.jpg")
             label = root / split / "labels" / f"{stem}.txt"
             label.parent.mkdir(parents=True, exist_ok=True)
             label.write_text("".join(line + "\n" for line in lines))
@@ -89,7 +82,7 @@ def test_a_label_studio_export_with_path_and_a_block_list_of_names(tmp_path):
     rows = {"1f0a-street.jpg": ["0 0.5 0.5 0.3 0.3", "1 0.2 0.2 0.1 0.1", "1 0.8 0.8 0.1 0.1"],
             "2b7c-yard.jpg": ["2 0.5 0.5 0.9 0.9"], "3c8d-empty.jpg": []}
     for name, lines in rows.items():
-        _image(export / "images" / name)
+        grey_image(export / "images" / name)
         label = export / "labels" / name.replace(".jpg", ".txt")
         label.parent.mkdir(parents=True, exist_ok=True)
         label.write_text("\n".join(lines))
@@ -142,28 +135,12 @@ def test_a_split_that_is_not_a_key_lists_the_splits_without_the_roboflow_block(t
         read_yolo(data_yaml, "minival", Problems(strict=True))
 
 
-_OBJECTS = {"a": [("cat", 1, 2, 30, 40), ("dog", 10, 10, 20, 20)],
-            "b": [("dog", 5, 5, 60, 44), ("dog", 0, 0, 8, 8), ("bird", 3, 3, 9, 9)],
-            "c": [("cat", 2, 2, 50, 40)]}
-
-
-def _devkit(root: Path, image_sets: bool) -> None:
-    for stem, objects in _OBJECTS.items():
-        _image(root / "JPEGImages" / f"{stem}.jpg")
-        labelimg_xml(root / "Annotations" / f"{stem}.xml", f"{stem}.jpg", objects)
-    if image_sets:
-        (root / "ImageSets" / "Main").mkdir(parents=True)
-        (root / "ImageSets" / "Main" / "train.txt").write_text("a\nb\n")
-        (root / "ImageSets" / "Main" / "val.txt").write_text("c\n")
-        (root / "ImageSets" / "Main" / "cat_train.txt").write_text("a  1\nb -1\n")
-
-
 def _voc(root: Path, split: str, names: list[str] | None = None) -> dict[str, int]:
     return _per_class(read_voc(root, split, names, Problems(strict=True))[1])
 
 
 def test_a_voc_devkit_with_image_sets(tmp_path):
-    _devkit(tmp_path / "VOC2007", image_sets=True)
+    hand_counted_devkit(tmp_path / "VOC2007", image_sets=True)
     assert _voc(tmp_path / "VOC2007", "train") == {"cat": 1, "dog": 3, "bird": 1}
     assert _voc(tmp_path / "VOC2007", "val") == {"cat": 1}
     system = SystemConfig().update_config({"cache_dir": str(tmp_path / "cache")})
@@ -173,7 +150,7 @@ def test_a_voc_devkit_with_image_sets(tmp_path):
 
 
 def test_a_voc_devkit_without_image_sets_says_which_list_file_to_create(tmp_path):
-    _devkit(tmp_path / "VOC", image_sets=False)
+    hand_counted_devkit(tmp_path / "VOC", image_sets=False)
     with pytest.raises(ConfigError) as err:
         _voc(tmp_path / "VOC", "train")
     assert str(err.value) == (
@@ -188,8 +165,8 @@ def test_a_voc_devkit_without_image_sets_says_which_list_file_to_create(tmp_path
 
 def test_labelimg_xml_beside_the_images_and_roboflow_split_folders(tmp_path):
     flat = tmp_path / "labelimg"
-    for stem, objects in _OBJECTS.items():
-        _image(flat / f"{stem}.jpg")
+    for stem, objects in VOC_OBJECTS.items():
+        grey_image(flat / f"{stem}.jpg")
         labelimg_xml(flat / f"{stem}.xml", f"{stem}.jpg", objects, windows_path=True)
     (flat / "ImageSets" / "Main").mkdir(parents=True)
     (flat / "ImageSets" / "Main" / "train.txt").write_text("a\nc\n")
@@ -198,15 +175,15 @@ def test_labelimg_xml_beside_the_images_and_roboflow_split_folders(tmp_path):
     for split, stems in {"train": ["a", "b"], "valid": ["c"]}.items():
         for stem in stems:
             name = f"{stem}_jpg.rf.5e6f.jpg"
-            _image(roboflow / split / name)
-            labelimg_xml(roboflow / split / name.replace(".jpg", ".xml"), name, _OBJECTS[stem])
+            grey_image(roboflow / split / name)
+            labelimg_xml(roboflow / split / name.replace(".jpg", ".xml"), name, VOC_OBJECTS[stem])
     assert _voc(roboflow, "train") == {"cat": 1, "dog": 3, "bird": 1}
     assert _voc(roboflow, "valid", ["bird", "cat", "dog"]) == {"cat": 1}
 
 
 def test_an_image_of_another_extension_is_read_and_named(tmp_path):
     root = tmp_path / "VOC"
-    _devkit(root, image_sets=True)
+    hand_counted_devkit(root, image_sets=True)
     (root / "JPEGImages" / "b.jpg").rename(root / "JPEGImages" / "b.png")
     problems = Problems(strict=False)
     content = read_voc(root, "train", None, problems)[1]

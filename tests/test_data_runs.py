@@ -1,5 +1,6 @@
 """`--data` end to end: each exporter's layout trained as exported, from an empty folder in a
-process of its own, then tested and used for prediction by the run's name; `cornernet check`
+process of its own, then tested and used for prediction by the run's name from that folder (in
+this process: what they find is on disk, and a process start costs seconds); `cornernet check`
 takes `--data` and `--set`."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from _exports import EXPORTS, roboflow_coco
+from _inproc import Completed, run_script
 
 from cornernet.commands import check
 
@@ -22,6 +24,12 @@ def _cornernet(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run([sys.executable, "-m", "cornernet.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600, check=False)
+
+
+def _in_process(script: str, args: list[str], cwd: Path) -> Completed:
+    """`python <script> <args>` (test.py: `cornernet test`, demo.py: `cornernet predict`) run in
+    this process from `cwd`."""
+    return run_script(script, *args, cwd=cwd)
 
 
 @pytest.mark.slow
@@ -45,11 +53,11 @@ def test_an_export_trains_as_exported_then_tests_and_predicts_by_name(tmp_path, 
     assert ("held out for validation" in trained.stdout) == held
     assert (empty / "cache" / "nnet" / "t" / "t_2.pkl").is_file()
 
-    tested = _cornernet(["test", "t"], empty)
+    tested = _in_process("test.py", ["t"], empty)
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert "AP=" in tested.stdout
     image = next(p for p in sorted(export.path.rglob("*.jpg")))
-    predicted = _cornernet(["predict", "t", "--images", str(image)], empty)
+    predicted = _in_process("demo.py", ["t", "--images", str(image)], empty)
     assert predicted.returncode == 0, predicted.stderr[-3000:]
     assert f"{image}: " in predicted.stdout
 
@@ -80,12 +88,12 @@ def test_a_run_is_tested_on_another_export_of_its_classes(tmp_path):
                           "system.batch_size=2", f"system.cache_dir={empty / 'cache'}",
                           f"system.result_dir={empty / 'results'}"], empty)
     assert trained.returncode == 0, trained.stderr[-3000:]
-    tested = _cornernet(["test", "ls", "--data", str(other.path)], empty)
+    tested = _in_process("test.py", ["ls", "--data", str(other.path)], empty)
     assert tested.returncode == 0, tested.stderr[-3000:]
     assert "a VOC devkit, read as VOC: 2 classes (circle, square)" in tested.stdout
     metrics = empty / "results" / "ls" / "2" / "val" / "data-VOCdevkit" / "metrics.json"
     assert metrics.is_file()
-    refused = _cornernet(["test", "ls", "--data", str(three.path)], empty)
+    refused = _in_process("test.py", ["ls", "--data", str(three.path)], empty)
     assert refused.returncode == 2
     assert "3 classes (shapes, circle, square) but ls detects 2" in refused.stderr
 

@@ -125,7 +125,7 @@ def test_mistakes_are_one_line(tiny_coco, coco128, args, words):
 def test_an_unwritable_out_is_one_line_before_any_image(tiny_coco, coco128):
     """A read-only --out (a mount, as root ignores permissions) is found before the network is
     built and the first image drawn."""
-    from test_faults import in_mount_namespace
+    from _faults import in_mount_namespace
 
     out = tiny_coco / "ro"
     out.mkdir()

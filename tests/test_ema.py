@@ -6,10 +6,10 @@ import math
 
 import pytest
 import torch
+from _tiny_nnet import batch_of, factory
 
 from core.config import ConfigError, SystemConfig
 from core.engine.evaluation import inference_network
-from tests.test_precision import batch_of, factory
 
 
 @pytest.fixture(scope="module")

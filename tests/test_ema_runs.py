@@ -11,11 +11,11 @@ import torch
 import torch.multiprocessing as mp
 from _inproc import run_script
 from _tiny_coco import make_tiny_coco
+from _tiny_nnet import batch_of, tiny_config
 from _train_helpers import copy_snapshot, run_train, write_config
 
 from core.data.chunks import deal
 from core.nnet.py_factory import NetworkFactory
-from tests.test_precision import batch_of, tiny_config
 
 
 def _results(root, testiter):

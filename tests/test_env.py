@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
+from _faults import one_line_error
 from _train_helpers import run_train, write_config
-from test_faults import one_line_error
 
 from core.errors import ConfigError
 from core.utils import env

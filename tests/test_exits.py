@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _faults import one_line_error
 
 from core.data.prefetch import WorkerError
 from core.dbs import DatasetError
@@ -21,7 +22,6 @@ from core.utils.files import DiskFull, NotWritable
 from core.utils.images import ImageReadError
 from tests._tiny_coco import inproc, make_tiny_coco
 from tests._train_helpers import run_train, train_cmd, write_config
-from tests.test_faults import one_line_error
 
 
 @pytest.mark.parametrize("err", [

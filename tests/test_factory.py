@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _tiny_nnet import batch_of
+from _tiny_nnet import factory as tiny_factory
 
 from core.config import ConfigError, SystemConfig, check_db_config
 from core.nnet.py_factory import NetworkFactory
 from core.nnet.step_path import StepPath
-from tests.test_precision import batch_of
-from tests.test_precision import factory as tiny_factory
 
 
 def factory(tmp_path, categories=4, seed=0):

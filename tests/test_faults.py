@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
+from _faults import NAME, cache, in_mount_namespace, load, one_line_error, wait_gone
 
 from tests._train_helpers import (
     Training,
@@ -30,29 +30,6 @@ from tests._train_helpers import (
     train_cmd,
     write_config,
 )
-
-NAME = "Tiny128"
-
-
-def one_line_error(result, *words):
-    """The run failed with exit 2 and one line naming `words`, and no traceback."""
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1, result.stderr
-    for word in words:
-        assert word in errors[0], (word, errors[0])
-
-
-def load(path):
-    return torch.load(path, map_location="cpu", weights_only=True)
-
-
-def wait_gone(pids: set[int], seconds: float) -> set[int]:
-    deadline = time.monotonic() + seconds
-    while alive(pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return alive(pids)
 
 
 @pytest.mark.slow
@@ -77,12 +54,6 @@ def test_non_positive_max_iter_is_one_line(tmp_path, coco128):
     one_line_error(result, "max_iter")
 
 
-def in_mount_namespace(mounts: str, cmd: list[str]) -> list[str]:
-    """`cmd` run where `mounts` (shell mount commands) apply to it alone: a private mount
-    namespace as an unprivileged user's root (`unshare -rm`)."""
-    return ["unshare", "-rm", "sh", "-c", f"{mounts} && exec \"$@\"", "sh", *cmd]
-
-
 @pytest.fixture(scope="module")
 def namespaces():
     probe = subprocess.run(in_mount_namespace("mount -t tmpfs -o size=1m none /mnt", ["true"]),
@@ -90,10 +61,6 @@ def namespaces():
     if probe.returncode != 0:
         pytest.skip("this machine does not allow private mount namespaces (unshare -rm), "
                     "which the disk and /dev/shm cases need")
-
-
-def cache(tmp_path):
-    return tmp_path / "cache" / "nnet" / NAME
 
 
 @pytest.mark.slow

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _faults import NAME, cache, load, one_line_error, wait_gone
 
 from core.utils.dist import free_port
 from tests._train_helpers import (
@@ -33,7 +34,6 @@ from tests._train_helpers import (
     torchrun_cmd,
     write_config,
 )
-from tests.test_faults import NAME, cache, load, one_line_error, wait_gone
 
 
 def make_only_best(tmp_path, coco128, iteration=2, ap=0.25):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _tiny_nnet import batch_of, factory
 
 from core.config import ConfigError
-from tests.test_precision import batch_of, factory
 
 
 def test_frozen_parameters_stay_bit_identical_and_leave_the_optimizer(tmp_path, tiny_db):

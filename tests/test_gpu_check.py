@@ -10,12 +10,13 @@ import time
 import warnings
 from pathlib import Path
 
+import _data
 import pytest
 import torch
 from _coco_counts import facts
 from _inproc import run_script
 
-from bench import _rehearsal, _shared
+from bench import _rehearsal
 from bench._plan import GROUPS, PLAN_S, Context, bench, bench_step, deploy_gpu, in_plan
 from bench._steps import Steps
 from bench.gpu_check import CONFIGS, REPO, parse_args, select, write_configs
@@ -64,21 +65,21 @@ def make_shared(root: Path) -> Path:
 def test_data_is_found_in_the_variable_then_beside_then_inside_the_checkout(tmp_path,
                                                                            monkeypatch):
     checkout = tmp_path / "checkout"
-    monkeypatch.setattr(_shared, "REPO", checkout)
-    monkeypatch.delenv(_shared.ENV, raising=False)
-    assert _shared.coco128_dir() is None
+    monkeypatch.setattr(_data, "REPO", checkout)
+    monkeypatch.delenv(_data.ENV, raising=False)
+    assert _data.coco128_dir() is None
     inside = make_shared(checkout / "shared")
-    assert _shared.coco128_dir() == inside  # ./shared: what travels to a GPU machine
+    assert _data.coco128_dir() == inside  # ./shared: what travels to a GPU machine
     beside = make_shared(tmp_path / "shared")
-    assert _shared.coco128_dir() == beside  # ../shared first
+    assert _data.coco128_dir() == beside  # ../shared first
     named = make_shared(tmp_path / "elsewhere")
-    monkeypatch.setenv(_shared.ENV, str(tmp_path / "elsewhere"))
-    assert _shared.coco128_dir() == named
-    monkeypatch.setenv(_shared.ENV, str(named))  # the coco128 folder itself
-    assert _shared.coco128_dir() == named
-    monkeypatch.setenv(_shared.ENV, str(tmp_path / "missing"))  # said, not passed over
-    assert _shared.coco128_dir() is None
-    assert str(tmp_path / "missing") in _shared.looked_in()
+    monkeypatch.setenv(_data.ENV, str(tmp_path / "elsewhere"))
+    assert _data.coco128_dir() == named
+    monkeypatch.setenv(_data.ENV, str(named))  # the coco128 folder itself
+    assert _data.coco128_dir() == named
+    monkeypatch.setenv(_data.ENV, str(tmp_path / "missing"))  # said, not passed over
+    assert _data.coco128_dir() is None
+    assert str(tmp_path / "missing") in _data.looked_in()
 
 
 def test_only_and_skip_pick_groups_in_plan_order_with_what_they_need():
@@ -195,7 +196,7 @@ def test_the_rehearsal_passes_in_a_copy_without_shared_or_an_evaluator(coco128, 
     done = subprocess.run([sys.executable, "bench/gpu_check.py", "--rehearse", "--budget", "90",
                            "--log", str(log)], cwd=REPO, capture_output=True, text=True,
                           timeout=300, check=False,
-                          env={**os.environ, _shared.ENV: str(coco128)})  # the set found
+                          env={**os.environ, _data.ENV: str(coco128)})  # the set found
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "rehearsal passed" in done.stdout and "(budget 90 s)" in done.stdout
     text = log.read_text()
@@ -234,13 +235,13 @@ def test_the_rehearsal_runs_gpu_check_with_its_budget_log_and_the_gpu_machines_p
     scratch = tmp_path / "scratch"  # kept by a failed rehearsal: here, pytest's own folder
     monkeypatch.setattr(_rehearsal.tempfile, "mkdtemp", lambda prefix: scratch.mkdir() or scratch)
     log = tmp_path / "asked.log"
-    monkeypatch.setenv(_shared.ENV, str(coco128))  # the set the tests found, for the copy
+    monkeypatch.setenv(_data.ENV, str(coco128))  # the set the tests found, for the copy
     assert _rehearsal.rehearse(REPO, 60.0, log) == 1  # nothing ran: the checks fail
     cmd, env = started["cmd"], started["env"]
     assert cmd[cmd.index("--budget") + 1] == "60" and cmd[cmd.index("--log") + 1] == str(log)
     assert "(budget 60 s)" in capsys.readouterr().out
     assert len(env["PYTHONPATH"].split(":")) == 1 and env["PYTHONPATH"].endswith("blocked")
-    assert _shared.ENV not in env and "-p no:xdist" in env["PYTEST_ADDOPTS"]
+    assert _data.ENV not in env and "-p no:xdist" in env["PYTEST_ADDOPTS"]
     assert started["imports"].split() == [word for name in _rehearsal.BLOCKED
                                           for word in (name, "blocked")]
 
@@ -279,7 +280,7 @@ def test_gpu_prep_fills_a_folder_under_64_mib_and_prints_the_device_command(tmp_
     dest = tmp_path / "shared"
     done = subprocess.run(["bash", str(REPO / "bench" / "gpu_prep.sh"), str(dest)], cwd=REPO,
                           capture_output=True, text=True, timeout=300, check=False,
-                          env={**os.environ, _shared.ENV: str(coco128)})  # the set found
+                          env={**os.environ, _data.ENV: str(coco128)})  # the set found
     assert done.returncode == 0, done.stdout + done.stderr
     copied = dest / "data" / "coco128"
     assert len(list((copied / "images").iterdir())) == len(list((coco128 / "images").iterdir()))

@@ -10,15 +10,15 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from _exports import seeded_yolo
 from _train_helpers import REPO
-from test_data_advice import _dataset
 
 from core.utils.images import read_image
 
 
 def _clipped_in_both_splits(root: Path) -> Path:
-    """The 64 px YOLO set of test_data_advice, with one box clipped in each split."""
-    data_yaml = _dataset(root, 64, 4, (8, 30))
+    """The 64 px YOLO set of `seeded_yolo`, with one box clipped in each split."""
+    data_yaml = seeded_yolo(root, 64, 4, (8, 30))
     for split in ("train", "val"):
         label = root / "labels" / split / f"{split}0.txt"
         label.write_text(label.read_text() + "0 0.95 0.5 0.3 0.3\n")
@@ -81,7 +81,7 @@ def test_an_image_without_a_warning_says_nothing(tmp_path, capfd):
 def test_a_decoder_warning_in_training_is_said_once_naming_the_image(tmp_path, capfd):
     from _inproc import run_script
 
-    data_yaml = _dataset(tmp_path / "ds", 64, 2, (8, 30))
+    data_yaml = seeded_yolo(tmp_path / "ds", 64, 2, (8, 30))
     odd = _extraneous_bytes(tmp_path / "ds" / "images" / "train" / "train1.jpg")
     trained = run_script(REPO / "train.py", "CornerNet_Tiny", "--workers", "1", "--set",
                          "system.dataset=YOLO", f"db.data_yaml={data_yaml}",
@@ -100,24 +100,24 @@ def _unnamed(count: int, example: Path) -> str:
 
 
 def test_images_that_no_xml_names_are_counted(tmp_path):
+    from _exports import VOC_OBJECTS, grey_image, hand_counted_devkit
     from _exports import labelimg_xml as _xml
-    from test_data_layouts import _OBJECTS, _devkit, _image
 
     from core.dbs.converted import Problems
     from core.dbs.voc import read_split
 
     devkit = tmp_path / "VOC"
-    _devkit(devkit, image_sets=True)
+    hand_counted_devkit(devkit, image_sets=True)
     for name in ("x.jpg", "y.png"):
-        _image(devkit / "JPEGImages" / name)
+        grey_image(devkit / "JPEGImages" / name)
     for split in ("train", "val"):  # both splits take their images from JPEGImages/
         problems = Problems(strict=True)
         read_split(devkit, split, None, problems)
         assert problems.messages() == [_unnamed(2, devkit / "JPEGImages" / "x.jpg")]
     flat = tmp_path / "labelimg"  # xml beside the images; "b" was never labelled
     for stem in ("a", "b"):
-        _image(flat / f"{stem}.jpg")
-    _xml(flat / "a.xml", "a.jpg", _OBJECTS["a"])
+        grey_image(flat / f"{stem}.jpg")
+    _xml(flat / "a.xml", "a.jpg", VOC_OBJECTS["a"])
     (flat / "ImageSets" / "Main").mkdir(parents=True)
     (flat / "ImageSets" / "Main" / "train.txt").write_text("a\n")
     problems = Problems(strict=True)

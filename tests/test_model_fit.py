@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _faults import one_line
 
 from core.config import CONFIG_DIR, ConfigError, check_db_config, load_config
 from core.models import build_model
 from core.models.fit import SizeRule, check_model_fit, model_size_rule, size_rule
-from tests.test_config_rules import one_line
 
 
 def tiny(**db) -> dict:

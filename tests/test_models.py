@@ -40,6 +40,15 @@ def published(request):
     return request.param, model
 
 
+@pytest.fixture(scope="module")
+def train_outputs(published):
+    """The train path's outputs of `published` on the parity input, computed once per network
+    (a forward of a full-size network costs seconds): for the tests that compare with them."""
+    _, model = published
+    with torch.no_grad():
+        return model(_parity.reference_input())
+
+
 @pytest.fixture(scope="module",
                 params=[pytest.param("CornerNet_Squeeze", marks=pytest.mark.parity)])
 def squeeze(request):
@@ -98,13 +107,12 @@ def test_fill_matches_fill_check(published):
 
 @needs_reference
 @pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
-def test_train_path_forward_matches_original(published):
-    name, model = published
+def test_train_path_forward_matches_original(published, train_outputs):
+    name, _ = published
     reference = _parity.load_reference(f"{name}.forward.json")
     x = _parity.reference_input()
     _parity.assert_matches_record(x, reference["input"] | {"name": "input"})
-    with torch.no_grad():
-        named = _parity.named_outputs(model(x))
+    named = _parity.named_outputs(train_outputs)
     assert sorted(named) == sorted(r["name"] for r in reference["outputs"])
     for record in reference["outputs"]:
         _parity.assert_matches_record(named[record["name"]], record)
@@ -149,15 +157,15 @@ def test_squeeze_test_path_matches_original_decode(squeeze):
 
 
 @pytest.mark.slow  # 8 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
-def test_test_path_returns_what_the_original_returns(published):
+def test_test_path_returns_what_the_original_returns(published, train_outputs):
     """Without attention: (detections, tl_heat, br_heat, tl_tag, br_tag) of the last stack;
     Saccade: (detections, last-stack attention maps after sigmoid), or detections if no_att."""
     name, model = published
     # The parity input size: convolution primitives for it are already set up (fast).
     x = _parity.reference_input()
     kwargs = {"K": 10, "kernel": 3, "num_dets": 20}
+    train_outs = train_outputs
     with torch.no_grad():
-        train_outs = model(x)
         test_outs = model(x, test=True, **kwargs)
         if name == "CornerNet_Saccade":
             only_detections = model(x, test=True, no_att=True, **kwargs)

@@ -4,14 +4,12 @@ batch (the SyncBN path) gives the per-chunk losses, channels_last changes nothin
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
+from _tiny_nnet import batch_of, factory, tiny_config
 
-from core.config import ConfigError, SystemConfig
+from core.config import ConfigError
 from core.data.chunks import deal
-from core.nnet.py_factory import NetworkFactory
-from core.sample import data_sampling_func
 from tests._dense_reference import coco128_db
 
 
@@ -19,25 +17,6 @@ from tests._dense_reference import coco128_db
 def db(coco128, tmp_path_factory):
     return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"),
                       categories=80)
-
-
-def tiny_config(tmp_path, **system) -> SystemConfig:
-    return SystemConfig().update_config({
-        "model": "CornerNet_Tiny", "snapshot_name": "P", "cache_dir": str(tmp_path),
-        "batch_size": 4, "opt_algo": "sgd", "learning_rate": 0.01, **system})
-
-
-def batch_of(db, size: int, data_aug: bool = True, seed: int = 0) -> dict[str, torch.Tensor]:
-    """A training batch of the first `size` images, as the prefetcher hands it over."""
-    db.set_rng(np.random.default_rng(seed))
-    arrays, _ = data_sampling_func["cornernet"](tiny_config(".", batch_size=size), db, 0,
-                                                data_aug=data_aug)
-    return {key: torch.from_numpy(value) for key, value in arrays.items() if key != "meta"}
-
-
-def factory(tmp_path, db, seed: int = 0, **system) -> NetworkFactory:
-    torch.manual_seed(seed)
-    return NetworkFactory(tiny_config(tmp_path, **system), db, device="cpu")
 
 
 @pytest.mark.slow  # 4 s on 2 idle cores: the "not slow" loop keeps under 2 minutes

@@ -19,9 +19,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from _faults import one_line_error
 from _inproc import run_script
 from _tiny_coco import make_tiny_coco
-from test_faults import one_line_error
 
 from core.errors import UsageError
 from core.utils import files, hints

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 from _train_helpers import REPO
-from test_yolo_voc import _noisy_truth
+from _yolo_voc import noisy_truth
 
 from core.config import SystemConfig
 from core.dbs import datasets
@@ -30,7 +30,7 @@ def evaluated(coco128, tmp_path_factory):
                                coco128 / "annotations" / "instances_coco128_val.json")}},
                           split="val", sys_config=system_config)
     out = tmp / "results"
-    metrics = score(db, _noisy_truth(db, np.random.default_rng(0)), out,
+    metrics = score(db, noisy_truth(db, np.random.default_rng(0)), out,
                     image_ids=[db.image_id(i) for i in range(len(db))])
     return out, metrics
 

@@ -10,6 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from _old_snapshot import LOOP_STATE, SYSTEM, old_snapshot
+from _tiny_nnet import batch_of, factory
 
 from core.deploy.network import InferenceNetwork
 from core.engine.evaluation import inference_network
@@ -18,8 +20,6 @@ from core.engine.run import DataPosition, Run
 from core.engine.snapshots import Best
 from core.engine.steps import TrainStep
 from tests._dense_reference import coco128_db
-from tests.test_old_snapshot import LOOP_STATE, SYSTEM, old_snapshot
-from tests.test_precision import batch_of, factory
 
 
 def share(*sizes: int) -> SimpleNamespace:
@@ -110,6 +110,7 @@ def test_an_old_snapshots_loop_state_goes_to_each_part(tmp_path, db):
     assert state["counts"] == {"skipped_images": 0, "dropped_objects": 0, "skipped_steps": 0}
 
 
+@pytest.mark.slow  # 2.4 s serially on 2 cores: the "not slow" loop keeps tests under 2 s
 def test_a_saver_snapshot_has_the_old_layout_and_resumes_every_part(tmp_path, db):
     nnet = factory(tmp_path, db, **SYSTEM)
     nnet.train(batch_of(db, 4))

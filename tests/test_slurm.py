@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,14 @@ def leftovers(root: Path) -> list[str]:
     return found
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_14(tmp_path_factory, coco128) -> Path:
+    """The 14 iterations of the requeue tests trained without interruption by our own launcher
+    (2 processes): the run each of them must end as, trained once for both."""
+    return spawned_reference(tmp_path_factory.mktemp("spawn"), coco128, max_iter=14,
+                             snapshot=100)
+
+
 def requeued_and_finished(cluster, job: int, timeout: float) -> dict:
     state = cluster.wait(job, lambda s: s.get("Restarts", "0") != "0"
                          and s.get("JobState") in {"COMPLETED", "FAILED", "CANCELLED"}, timeout)
@@ -88,7 +97,7 @@ def test_template_with_two_tasks_trains_like_two_spawned_processes(slurm, tmp_pa
 
 
 def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_run(
-        slurm, tmp_path, coco128):
+        slurm, tmp_path, coco128, uninterrupted_14):
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
     out = tmp_path / "job.out"
@@ -103,8 +112,7 @@ def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_ru
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
     assert f"requeued SLURM job {job}" in text
     assert f"continuing from snapshot {iteration}" in text
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
     assert_one_record(root, 14)
     resumed = next(line for line in metrics(root) if line["iteration"] == iteration + 1)
     assert resumed["time"] > next(line["time"] for line in metrics(root)
@@ -132,11 +140,15 @@ def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_fin
     # The requeued job would get the same minute, and on a loaded machine spend it starting:
     # one limit is what this test is about, so the next job gets ten.
     slurm.cmd("scontrol", "update", f"JobId={job}", "TimeLimit=10")
-    state = requeued_and_finished(slurm, job, timeout=300)
+    # the uninterrupted run trains while SLURM requeues the job (seconds of waiting)
+    with ThreadPoolExecutor(1) as pool:
+        training = pool.submit(spawned_reference, tmp_path / "spawn", coco128, max_iter=last,
+                               snapshot=100000)
+        state = requeued_and_finished(slurm, job, timeout=300)
+        reference = training.result()
     text = out.read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
     assert "DUE TO TIME LIMIT" not in text  # the tasks ended themselves, before the limit
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=last, snapshot=100000)
     assert_equal_params(snapshot(root, last)["model"], snapshot(reference, last)["model"])
     assert_one_record(root, last)
 
@@ -156,7 +168,7 @@ def test_a_task_count_the_batch_cannot_be_dealt_to_is_one_line_before_training(
 
 
 def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninterrupted_one(
-        slurm, tmp_path, coco128, monkeypatch):
+        slurm, tmp_path, coco128, monkeypatch, uninterrupted_14):
     """tools/submit.py: SIGUSR2 (what submitit asks SLURM for) snapshots on every rank, then
     submitit's own handler checkpoints and requeues; the resubmitted call resumes."""
     pytest.importorskip("submitit")
@@ -180,8 +192,7 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     errors = (folder / f"{job.job_id}_0_log.err").read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", errors[-3000:]
     assert f"continuing from snapshot {iteration}" in log.read_text(errors="replace")
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=14, snapshot=100)
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(reference, 14)["model"])
+    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
     assert_one_record(root, 14)
 
 

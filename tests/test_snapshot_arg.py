@@ -88,6 +88,7 @@ def test_no_snapshot_named_is_the_last_iteration_of_the_recorded_training(coco12
     assert default_snapshot(system_config) == 1
 
 
+@pytest.mark.slow  # 2.5 s serially on 2 cores: the "not slow" loop keeps tests under 2 s
 def test_the_default_snapshot_is_the_final_one_of_the_last_training(coco128, tmp_path, capsys):
     # Trained to 3, then afresh with --set system.max_iter=2: without --testiter, test takes
     # the second training's Tiny128_2.pkl, not the first one's Tiny128_3.pkl, and says so.

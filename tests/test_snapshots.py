@@ -4,9 +4,9 @@ history."""
 from __future__ import annotations
 
 import torch
+from _tiny_nnet import factory, tiny_config
 
 from core.engine.snapshots import Best, latest, numbered, prune, set_aside_later_best
-from tests.test_precision import factory, tiny_config
 
 
 def snapshot_config(tmp_path):

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from _faults import one_line_error
 from _train_helpers import run_train, write_config
-from test_faults import one_line_error
 
 from core.errors import ConfigError
 from core.utils.dist import check_backend

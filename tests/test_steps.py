@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
+from _tiny_nnet import batch_of, factory
 
 from core.engine.steps import RECENT, TrainStep
 from core.nnet.py_factory import NonFiniteLoss
-from tests.test_precision import batch_of, factory
 
 
 class Diverging:

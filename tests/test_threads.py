@@ -12,7 +12,6 @@ import time
 import pytest
 import torch
 from _tiny_coco import ROOT, script_env
-from test_names_travel import trained  # noqa: F401 - the fixture
 
 from core.errors import UsageError
 from core.utils.threads import (
@@ -94,8 +93,8 @@ def test_training_threads_the_user_set_are_kept():
     assert (share.workers, share.threads, share.note) == (2, 3, None)
 
 
-def test_the_detector_takes_its_threads(trained, keep_threads):  # noqa: F811
-    snapshot = trained / "cache" / "nnet" / "Names" / "Names_0.pkl"
+def test_the_detector_takes_its_threads(named_run, keep_threads):
+    snapshot = named_run / "cache" / "nnet" / "Names" / "Names_0.pkl"
     torch.set_num_threads(2)
     detector = Detector.from_snapshot(snapshot, device="cpu", threads=1)
     assert detector.threads == 1 and torch.get_num_threads() == 1
@@ -107,13 +106,13 @@ def test_the_threads_line_names_count_cpus_and_policy(monkeypatch):
 
 
 @pytest.mark.slow  # test.py as a process of its own: its OpenMP starts with its settings
-def test_test_py_waits_passively_on_the_threads_asked(trained):  # noqa: F811
+def test_test_py_waits_passively_on_the_threads_asked(named_run):
     env = {k: v for k, v in script_env().items() if k not in ("OMP_WAIT_POLICY",
                                                              "OMP_NUM_THREADS")}
     done = subprocess.run([sys.executable, str(ROOT / "test.py"), "Names", "--config-dir",
-                           str(trained / "configs"), "--testiter", "0", "--device", "cpu",
+                           str(named_run / "configs"), "--testiter", "0", "--device", "cpu",
                            "--threads", "1", "--backend", "none"],
-                          capture_output=True, text=True, timeout=300, cwd=trained, env=env,
+                          capture_output=True, text=True, timeout=300, cwd=named_run, env=env,
                           check=False)
     assert done.returncode == 0, done.stderr
     assert f"threads: 1 of {usable_cpus()} usable CPUs, waiting passive" in done.stdout

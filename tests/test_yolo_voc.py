@@ -13,7 +13,7 @@ import pytest
 from _coco_counts import TRAIN, VAL, facts
 from _tiny_coco import person_snapshot
 from _train_helpers import losses, write_config
-from _yolo_voc import write_coco, write_voc, write_yolo
+from _yolo_voc import noisy_truth, write_coco, write_voc, write_yolo
 
 from core.config import ConfigError, SystemConfig
 from core.dbs import DatasetError, datasets
@@ -122,24 +122,6 @@ def test_training_sees_the_batches_of_the_coco_json(three, tmp_path, coco128, ca
     assert printed["VOC"] == printed["COCO+crowds"]
 
 
-def _noisy_truth(db, rng) -> dict:
-    """Detections that are the ground truth moved by a few pixels, with random scores, some
-    objects missed and some boxes given the wrong class: an AP between 0 and 1 in every class."""
-    detections = {}
-    for ind in range(len(db)):
-        boxes = db.detections(ind).astype(np.float64)
-        per_class: dict[int, list] = {}
-        for x1, y1, x2, y2, cls in boxes:
-            if rng.random() < 0.2:
-                continue
-            if rng.random() < 0.1:
-                cls = rng.integers(1, db.num_classes + 1)
-            box = np.array([x1, y1, x2, y2]) + rng.normal(0, 0.08 * (x2 - x1 + y2 - y1) / 2, 4)
-            per_class.setdefault(int(cls), []).append([*box, rng.random()])
-        detections[db.image_id(ind)] = {c: np.array(v) for c, v in per_class.items()}
-    return detections
-
-
 @pytest.mark.slow  # 10 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
 def test_the_evaluator_and_analysis_give_the_numbers_of_the_coco_json(three, tmp_path, capsys):
     """The same detections per image, scored against each dataset's ground truth."""
@@ -149,7 +131,7 @@ def test_the_evaluator_and_analysis_give_the_numbers_of_the_coco_json(three, tmp
         out = tmp_path / "results" / kind
         # report=False: the pictures (tests/test_report.py's) are drawn after metrics.json
         # and change nothing compared here; they took 2.5 s per dataset
-        metrics[kind] = score(db, _noisy_truth(db, np.random.default_rng(0)), out,
+        metrics[kind] = score(db, noisy_truth(db, np.random.default_rng(0)), out,
                               image_ids=[db.image_id(i) for i in range(len(db))],
                               report=False)
         per_class[kind] = [{k: v for k, v in row.items() if k != "id"}  # ids are renumbered
