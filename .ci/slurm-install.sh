@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# CI: Debian's SLURM for tests/test_slurm.py (tests/_slurm.py starts and stops the daemons
+# CI: Debian's SLURM for tests/process/test_slurm.py (tests/_slurm.py starts and stops the daemons
 # itself; without these packages those tests skip). About 3 MB, 11 s; needs root.
 set -euo pipefail
 if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null \

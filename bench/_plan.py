@@ -102,7 +102,8 @@ def where(ctx: Context, name: str) -> str:
 
 def cuda_tests(ctx: Context) -> None:
     # On a CPU they skip, saying why; test_device.py's CPU half is CI's, not the rehearsal's.
-    files = ["tests/test_cuda.py"] + ([] if ctx.tiny else ["tests/test_device.py"])
+    files = ["tests/core/nnet/test_cuda.py"] + ([] if ctx.tiny else
+                                                ["tests/core/utils/test_device.py"])
     ctx.steps.run("CUDA tests", [ctx.py, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
                                  *files],
                   timeout=300, need=ctx.t(23, 20),
@@ -343,7 +344,8 @@ def _groups() -> dict[str, Group]:
         "test-squeeze-b8": Group("test.py CornerNet_Squeeze, 32 images at a batch of 8 on the "
                                  "buckets: ms per image warm", TEST_S["test-squeeze-b8"], 30,
                                  test_batched("CornerNet_Squeeze"), needs=("train-squeeze",)),
-        "cuda-tests": Group("tests/test_cuda.py and tests/test_device.py", 23, 20, cuda_tests),
+        "cuda-tests": Group("tests/core/nnet/test_cuda.py and tests/core/utils/test_device.py",
+                            23, 20, cuda_tests),
         "test-squeeze": Group("test.py (8 images) and demo.py (4) of its snapshot",
                               sum(TEST_DEMO_S["CornerNet_Squeeze"]), 35,
                               test_and_demo("CornerNet_Squeeze"), needs=("train-squeeze",)),

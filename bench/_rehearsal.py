@@ -31,8 +31,8 @@ BUDGET = 100.0
 # What the rehearsal runs: the CUDA tests (all skipped on a CPU, but collected in the copy),
 # training, test.py at a batch without an evaluator, the test-time shapes and the sync check at
 # CPU sizes, and one group that the budget may refuse (the bench rows' parsing is
-# tests/test_gpu_check.py's, on bench_train's own output). The compile and profile groups are
-# left out: compiling the step takes minutes of CPU (tests/test_compiled.py checks the graph).
+# tests/bench/test_gpu_check.py's, on bench_train's own output). The compile and profile groups are
+# left out: compiling the step takes minutes of CPU (test_compiled.py checks the graph).
 GROUPS = ("cuda-tests", "train-squeeze", "test-squeeze-b8", "test-shapes", "sync-check",
           "deterministic")
 BLOCKED = ("faster_coco_eval", "pycocotools", "xdist", "core", "cornernet")
@@ -75,7 +75,7 @@ def check(output: str, log: str, copy: Path, seconds: float, budget: float = BUD
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| step")]
     wrong = _header_problems(lines, log, copy) + _row_problems(output, rows)
     # Whether the budget refuses the last group depends on this machine's speed (tested apart,
-    # with steps of known length, in tests/test_gpu_check.py); what is refused must be offered.
+    # with steps of known length, in test_gpu_check.py); what is refused must be offered.
     refused = any("| not run (budget) |" in row for row in rows)
     if any("| FAIL" in row for row in rows):
         wrong.append("a step failed")

@@ -1,5 +1,5 @@
-"""The constructions the CUDA tests (tests/test_cuda.py) rest on, shared with the CPU tests that
-check them where CI runs (tests/test_cuda_construction.py): the fp16 loss scale, the scores'
+"""The constructions the CUDA tests (test_cuda.py) rest on, shared with the CPU tests that
+check them where CI runs (test_cuda_construction.py): the fp16 loss scale, the scores'
 tolerance between a GPU and the CPU, and the logits the decode tests feed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a run that fails must show (tests/test_faults*.py, and every test of a refusal): exit 2
+"""What a run that fails must show (test_faults*.py, and every test of a refusal): exit 2
 and one line naming the problem, no traceback; the snapshots it leaves; its processes gone. And
 the private mount namespace the disk and /dev/shm cases run train.py in."""
 

@@ -3,7 +3,7 @@
 The loss is some 260 small elementwise kernels per step; compiled apart from the network it stays
 eager, so the two are compiled together: `forward_losses` runs the network on the images of a
 forward and takes the loss of each chunk of its outputs, and `torch.compile` sees all of it as
-one graph (tests/test_compiled.py holds every shipped model to no graph break). Shapes are
+one graph (tests/core/nnet/test_compiled.py holds every shipped model to no graph break). Shapes are
 static (`dynamic=False`): one graph per batch shape, never the dynamic-shape recompile that
 failed inside inductor on CUDA when a second batch size arrived. The targets are rendered
 before it, eagerly (their scatter of gaussians is not worth a graph).

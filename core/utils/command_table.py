@@ -4,7 +4,7 @@ Each row is one command as the user types it: its words after `cornernet` ("expo
 results"), its module of `cornernet.commands`, its line in `cornernet --help`, and the script of
 a checkout that runs it (train.py, test.py, demo.py, tools/*.py). `cornernet`'s dispatch and its
 help, analyze's kinds, the messages that name a command (core/utils/hints.py), the checkout's
-scripts and the tests' in-process runner are all read from here; tests/test_commands.py holds
+scripts and the tests' in-process runner are all read from here; test_commands.py holds
 the modules and scripts of the checkout to it.
 
 A command of two words is one command of the first word (`analyze`), whose module of that name

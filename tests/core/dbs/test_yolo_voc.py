@@ -129,7 +129,7 @@ def test_the_evaluator_and_analysis_give_the_numbers_of_the_coco_json(three, tmp
     for kind in ("COCO", "YOLO", "VOC", "COCO+crowds"):
         db = _db(kind, three, "val", tmp_path, val_split="val")
         out = tmp_path / "results" / kind
-        # report=False: the pictures (tests/test_report.py's) are drawn after metrics.json
+        # report=False: the pictures (test_report.py's) are drawn after metrics.json
         # and change nothing compared here; they took 2.5 s per dataset
         metrics[kind] = score(db, noisy_truth(db, np.random.default_rng(0)), out,
                               image_ids=[db.image_id(i) for i in range(len(db))],

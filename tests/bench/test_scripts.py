@@ -17,8 +17,8 @@ pytestmark = pytest.mark.slow
 # script, arguments, the line(s) of its output that say it got to its figures
 RUNS = {
     # torch:fp32 only: the export and onnxruntime rows of tools/benchmark.py are proven by
-    # tests/test_deploy.py (test_benchmark_rows_json_and_a_missing_runtime), the export itself
-    # by tests/test_onnx_export.py; this run is for bench_deploy's own `random_snapshot`.
+    # test_deploy.py (test_benchmark_rows_json_and_a_missing_runtime), the export itself
+    # by test_onnx_export.py; this run is for bench_deploy's own `random_snapshot`.
     "bench_coco_parse": (["--scale", "0.01"], ("| ours, first parse (empty cache) |",
                                                 "| pycocotools COCO(file) |")),
     "bench_deploy": (["--configs", "CornerNet_Tiny", "--size", "127", "--threads", "1",
@@ -99,14 +99,14 @@ def test_bench_buckets_runs_to_its_figures(tmp_path, coco128):
         assert says in done.stdout, done.stdout[-2000:]
 
 
-# Scripts whose own tests run them as processes: tests/test_analyze_model.py,
-# tests/test_analyze_results.py, tests/test_gpu_check.py (which needs no GPU to start it) and
-# tests/test_slurm.py (submit.py, on the real SLURM the tests start), tests/test_onnx_export.py;
-# and the tools whose tests run their `main` in-process: tests/test_check_data.py (check_data),
-# tests/test_yolo_voc.py (convert), tests/test_deploy.py (benchmark); bench_buckets above;
-# bench_syncs and bench_decode_syncs (their `main` in tests/test_bench_syncs.py and
-# tests/test_bench_decode_syncs.py), bench_test_shapes (tests/test_bench_test_shapes.py) and
-# bench_step (gpu_check's rehearsal runs its sync group, tests/test_gpu_check.py).
+# Scripts whose own tests run them as processes: tests/commands/test_analyze_model.py,
+# test_analyze_results.py, test_gpu_check.py (which needs no GPU to start it) and
+# test_slurm.py (submit.py, on the real SLURM the tests start), test_onnx_export.py;
+# and the tools whose tests run their `main` in-process: test_check_data.py (check_data),
+# test_yolo_voc.py (convert), test_deploy.py (benchmark); bench_buckets above;
+# bench_syncs and bench_decode_syncs (their `main` in tests/bench/test_bench_syncs.py and
+# test_bench_decode_syncs.py), bench_test_shapes (test_bench_test_shapes.py) and
+# bench_step (gpu_check's rehearsal runs its sync group, tests/bench/test_gpu_check.py).
 RUN_ELSEWHERE = {"tools/analyze_model.py", "tools/analyze_results.py", "bench/gpu_check.py",
                  "tools/submit.py", "tools/export.py", "tools/check_data.py", "tools/convert.py",
                  "tools/benchmark.py", "bench/bench_buckets.py", "bench/bench_syncs.py",

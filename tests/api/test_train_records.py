@@ -18,7 +18,7 @@ import cornernet
 from core.engine import records
 from cornernet.commands import train as command
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NAME = "CornerNet_Tiny"
 EVALUATED = {"AP": 0.25, "AP50": 0.5, "AP75": 0.2, "APs": -1.0, "APm": 0.3, "APl": 0.1}
 

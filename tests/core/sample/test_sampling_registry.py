@@ -26,7 +26,7 @@ from core.sample import (
 from core.sample.cornernet import cornernet_view
 from core.sample.cornernet_saccade import saccade_view
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 UNKNOWN = ("unknown sampling function 'cornernet_lite'; valid sampling function names: "
            "cornernet, cornernet_saccade")
 

@@ -21,7 +21,7 @@ from core.utils.command_table import COMMANDS, dispatch, kinds
 from cornernet.cli import main as cornernet
 from cornernet.cli import usage
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = [row.module for row in COMMANDS]
 # A command line of each module that fails at once: a config that does not exist.
 FAILING = {"train": ["NoSuchCfg"], "test": ["NoSuchCfg"], "predict": ["NoSuchCfg", "--images",

@@ -16,7 +16,7 @@ from core.errors import ConfigError
 from core.utils import hints, layout
 from core.utils.command_table import COMMANDS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_this_repository_is_a_checkout_with_its_configs_and_data_here():

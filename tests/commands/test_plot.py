@@ -10,7 +10,7 @@ import cv2
 import pytest
 from _inproc import run_script
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 from cornernet.commands import plot as plot_metrics
 
 TERMS = ["focal", "pull", "push", "off"]

@@ -34,7 +34,7 @@ from cornernet.outputs import Outputs, run_folder
 from cornernet.sources import expand, frames
 
 PHOTOS = ("000000000529.jpg", "000000000531.jpg")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # The smallest training that writes a snapshot, as keywords of cornernet.train.
 TINY = {"workers": 1, "device": "cpu", "max_iter": 2, "snapshot": 2, "eval_iter": 0,
         "val_iter": 0, "num_train_images": 16, "num_val_images": 4}

@@ -1,6 +1,6 @@
 """The constructions of two CUDA tests, checked where CI runs: on the CPU.
 
-tests/test_cuda.py skips without a GPU, so a test that fails by its own construction there would
+test_cuda.py skips without a GPU, so a test that fails by its own construction there would
 only be found by the one session that gets a GPU. Two did: the fp16 training test started at the
 gradient scaler's default scale, at which the gradients overflow fp16, and the decode test asked
 CUDA's sigmoid to round like the CPU's.
@@ -22,7 +22,7 @@ FP16_MAX = torch.finfo(torch.float16).max
 
 
 @pytest.fixture(scope="module")
-def db(coco128, tmp_path_factory):  # the CUDA test's data (tests/test_cuda.py), whichever
+def db(coco128, tmp_path_factory):  # the CUDA test's data (tests/core/nnet/test_cuda.py), whichever
     return coco128_db(coco128, "CornerNet_Tiny", tmp_path_factory.mktemp("dbs"), categories=80)
 
 

@@ -2,7 +2,7 @@
 rendering and decoding on the GPU, bf16/fp16 autocast with the gradient scaler, channels_last,
 deterministic training, SyncBatchNorm over NCCL. They use the GPUs the machine has and skip what it
 lacks, saying why (CI has no GPU); run them on a GPU machine with
-`python -m pytest -q tests/test_cuda.py` (bench/gpu_check.py does)."""
+`python -m pytest -q tests/core/nnet/test_cuda.py` (bench/gpu_check.py does)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_rendering_on_the_gpu_equals_the_cpu_and_never_waits_for_it(db):
 
 def test_decoding_on_the_gpu_equals_the_cpu_decoder_fed_the_gpu_scores():
     """CUDA's `exp` need not round like the CPU's, so the sigmoid scores may differ in the last
-    bit (tests/test_cuda_construction.py: 1 ulp changes dozens of the top scores). The decoding
+    bit (test_cuda_construction.py: 1 ulp changes dozens of the top scores). The decoding
     after the sigmoid (peak suppression, top-k, index split) must be the CPU's bit for bit when
     given the same scores; the scores themselves agree within a few ulps."""
     from core.models.py_utils.decode import nms_heatmap, peak_topk, sigmoid_scores, topk
@@ -125,7 +125,7 @@ def test_decoding_on_the_gpu_equals_the_cpu_decoder_fed_the_gpu_scores():
 def test_training_steps_are_finite_and_learn(tmp_path, db, amp):
     """fp16 starts at a scale its gradients fit in: at the scaler's default first scales
     (2^16..2^14) the heat head's bias gradient overflows fp16, three steps in a row are skipped
-    and nothing is learnt in a short test (tests/test_cuda_construction.py shows it on the CPU).
+    and nothing is learnt in a short test (test_cuda_construction.py shows it on the CPU).
     Skipped steps are counted; learning is asserted over the steps taken."""
     nnet = cuda_factory(tmp_path, db, amp=amp)
     if amp == "fp16":

@@ -38,7 +38,7 @@ from core.utils.files import (
 )
 from core.utils.procs import process_identity
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 MiB = 2 ** 20
 
 

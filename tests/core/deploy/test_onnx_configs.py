@@ -4,7 +4,7 @@ on a real coco128 image at two sizes with a batch of 2 (the image and its mirror
 The three take 80-100 s each on 2 cores (4 min 26 s in all, beside a training run), more than
 the suite's time allows: they are collected and run when CORNERNET_EXPORT_ALL=1 is set, and
 deselected otherwise (tests/conftest.py; CornerNet_Tiny's export is tested in every run by
-tests/test_onnx_export.py)."""
+tests/core/deploy/test_onnx_export.py)."""
 
 
 import cv2

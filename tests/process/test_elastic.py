@@ -41,7 +41,7 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp
     root = tmp_path / "elastic"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=10, snapshot=3)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "--max-restarts=1", str(Path(__file__).resolve().parents[1] / "train.py"), NAME,
+           "--max-restarts=1", str(Path(__file__).resolve().parents[2] / "train.py"), NAME,
            "--config-dir", str(config_dir), "--workers", "1", "--distributed", "--iter",
            "latest", "--device", "cpu"]  # gloo ranks on the CPU, on a GPU machine too
     run = Training(config_dir, cmd=cmd)

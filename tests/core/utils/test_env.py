@@ -77,7 +77,7 @@ def test_train_with_a_wrong_heartbeat_is_one_line_at_start(tmp_path, coco128, te
 def test_every_variable_the_code_reads_is_declared():
     """The near-miss check knows only declared names: a name read anywhere in the code, the
     scripts, the tools or the benchmarks and missing from VARIABLES would let its typos pass."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     files = [*root.glob("*.py"), *(p for folder in ("core", "cornernet", "tools", "bench")
                                    for p in (root / folder).rglob("*.py")),
              *(root / "bench").glob("*.sh")]

@@ -17,7 +17,7 @@ from _inproc import Completed, run_script
 
 from cornernet.commands import check
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cornernet(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
