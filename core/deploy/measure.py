@@ -60,13 +60,16 @@ def timings(device: torch.device, threads: list[int],
 
 
 def open_row(row: str, system_config: Any, db: Any, testiter: Any,
-             files: dict[str, Path | str], device: torch.device) -> tuple[Any, float]:
-    """The network of `row` on `device` and its size in MiB."""
+             files: dict[str, Path | str], device: torch.device,
+             threads: int | None = None) -> tuple[Any, float]:
+    """The network of `row` on `device`, computing on `threads` CPU threads (None: as
+    `choose_threads` decides), and its size in MiB."""
     name, precision = row.split(":")
     entry = runtime(name)
     file = Path(files[row]) if entry.exported else None
     nnet, path = open_network(name, system_config, db, testiter, str(device), file,
-                              precision=entry.precisions[0] if precision == "int8" else precision)
+                              precision=entry.precisions[0] if precision == "int8" else precision,
+                              threads=threads)
     model = getattr(nnet, "model", None)
     if not entry.exported and model is not None:  # the evaluated weights, not the optimizer's
         size = sum(t.numel() * t.element_size() for t in model.state_dict().values())
@@ -91,10 +94,11 @@ def measure_row(row: str, system_config: Any, db: Any, testiter: Any,
     try:
         nnet, opened = None, None
         for key, count, size in timings(device, threads, batches):
-            set_torch_threads(count)  # every runtime takes its threads from torch
             if opened != count:  # the sessions of onnxruntime and OpenVINO fix their threads
-                nnet, mib = open_row(row, system_config, db, testiter, files, device)
+                # opened on `count` threads: opening sets torch's threads, so they are set by it
+                nnet, mib = open_row(row, system_config, db, testiter, files, device, count)
                 result["size_mb"], opened = round(mib, 2), count
+            set_torch_threads(count)  # every runtime takes its threads from torch
             if "parity" not in result:
                 got = nnet.test(image.to(nnet.device), **settings)[0].cpu().numpy()
                 result["parity"] = compare_outputs([got], reference)
