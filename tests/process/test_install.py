@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -35,15 +36,34 @@ def installed(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("install")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # The machine's setuptools builds the wheel (no download); torch comes from the system
-    # site-packages so that the fresh environment does not fetch it again.
+    # site-packages so that the fresh environment does not fetch it again. It builds from a
+    # copy of the checkout's files: setuptools writes build/ into the tree it builds, and two
+    # builds of one tree (another test run on this checkout) collide there.
+    source = checkout_copy(tmp / "source")
     call([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-          "-w", tmp / "dist", ROOT], tmp, env)
+          "-w", tmp / "dist", source], tmp, env)
     wheel = next((tmp / "dist").glob("cornernet_lite_modern-*.whl"))
     call([sys.executable, "-m", "venv", tmp / "venv"], tmp, env)
     bin_dir = tmp / "venv" / "bin"
     call([bin_dir / "python", "-m", "pip", "install", "-q", "--no-deps", wheel], tmp, env)
     see_running_packages(bin_dir / "python", tmp, env)
     return bin_dir, env
+
+
+def checkout_copy(dest: Path) -> Path:
+    """The files git tracks (and the untracked ones it does not ignore) of this checkout, as
+    they are now, copied to `dest`; the checkout itself where git cannot list them."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=ROOT, capture_output=True,
+                                check=True, timeout=60).stdout.decode().split("\0")
+    except (OSError, subprocess.SubprocessError):
+        return ROOT
+    for name in filter(None, listed):
+        if (ROOT / name).is_file() and not name.startswith("shared/"):
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
 
 
 def running_site_dirs() -> list[str]:
