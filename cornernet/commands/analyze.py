@@ -9,8 +9,8 @@ import sys
 from core.utils.command_table import kinds
 
 KINDS = kinds("analyze")
-USAGE = ("usage: cornernet analyze {results,model} ...   (cornernet analyze results --help, "
-         "cornernet analyze model --help)")
+USAGE = (f"usage: cornernet analyze {{{','.join(KINDS)}}} ...   ("
+         + ", ".join(f"cornernet analyze {kind} --help" for kind in KINDS) + ")")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int:

@@ -19,9 +19,9 @@ quantize.py, calibrated on --calib-images training images) when missing. Every r
   README.md section 6) or a reduced one (bf16, default, int8) has AP within 0.01 of torch
   fp32's; "failed: why" otherwise; "not available: why" when its package, file, compiler or GPU
   is missing. A failing row is a row: the others still run.
-- AP, AP50: the COCO metrics on the first --images validation images (default all), as test.py;
+- AP, AP50: the COCO metrics on the first --images validation images (default all), as test;
 - ms: median ms per image over --reps runs (after a warm-up) of the first validation image as
-  test.py feeds it, repeated --batch times: on a CPU at each --threads count (default 1 and all
+  test feeds it, repeated --batch times: on a CPU at each --threads count (default 1 and all
   cores; columns "1", "2", and "1/b8" for batch 8), on a GPU at each batch (columns "b1", "b8",
   the GPU synchronised before and after each run);
 - size_mb: the file the runtime reads (the evaluated weights for torch).
@@ -99,8 +99,8 @@ class BenchmarkOptions(ConfigOptions, SnapshotOptions, DeviceOptions, DebugOptio
     reps: int = option(3, "--reps", parse=int, help="timed runs per row (median)")
     time_size: int | None = option(None, "--time-size", parse=int, metavar="N",
                                    help="time on the first validation image resized to N x N "
-                                        "(default: as test.py feeds it at the first test "
-                                        "scale)")
+                                        "(default: as the test command feeds it at the "
+                                        "first test scale)")
     json: Path | None = option(None, "--json", parse=Path, help="write the rows here")
     min_ap: float | None = option(None, "--min-ap", parse=float,
                                   help="exit 1 when a row's AP is below this")

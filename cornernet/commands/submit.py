@@ -1,7 +1,7 @@
 """Submit a training run to SLURM from Python with submitit (pip install -e ".[submitit]").
 
     cornernet submit CornerNet_Squeeze --nodes 1 --gpus-per-node 4 --hours 24 \\
-        --partition gpu [--slurm account=myproject] [-- more train.py options]
+        --partition gpu [--slurm account=myproject] [-- more train options]
 
 One task per GPU; each task is one rank of `train.py <Cfg> --distributed --iter latest` (srun
 placement, as with tools/slurm/train.sbatch). Preemption and time limits use submitit's own
@@ -90,7 +90,7 @@ def parse_args(argv: list[str] | None = None, prog: str | None = None) -> Submit
     argv = sys.argv[1:] if argv is None else list(argv)
     cut = argv.index("--") if "--" in argv else len(argv)
     options = parse(SubmitOptions, argv[:cut], prog or PROG, __doc__.splitlines()[0],
-                    epilog="after --: more train.py options")
+                    epilog="after --: more options of the train command")
     return dataclasses.replace(options, train_args=tuple(argv[cut + 1:]))
 
 
