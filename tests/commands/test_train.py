@@ -23,6 +23,7 @@ from _train_helpers import (
     alive,
     copy_snapshot,
     losses,
+    run_spawned,
     run_train,
     write_config,
 )
@@ -194,14 +195,13 @@ def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128):
+def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128, capfd):
     common = {"max_iter": 3, "snapshot": 3, "val_iter": 0, "batch_size": 4}
     one = write_config(tmp_path / "one", coco128, chunk_sizes=[2, 2], **common)
     two = write_config(tmp_path / "two", coco128, **common)
     single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
-    double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                       "--workers", "1")
+    double = run_spawned(two, 2, "--workers", "1", capfd=capfd)
     assert double.returncode == 0, double.stdout + double.stderr
     assert "parameters agree on 2 ranks" in double.stdout
     a = load(snapshot(tmp_path / "one", 3))["model"]
