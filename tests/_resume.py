@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
-from _train_helpers import run_train, write_config
+from _train_helpers import run_spawned, run_train, write_config
 
 NAME = "Tiny128"
 SMALL = {"input_size": [64, 64], "output_sizes": [[16, 16]]}
@@ -27,11 +28,14 @@ def assert_equal_params(a: dict, b: dict) -> None:
     assert not different, f"{len(different)} tensors differ, e.g. {different[:3]}"
 
 
-def spawned_reference(tmp: Path, coco128: Path, **system) -> Path:
-    """The same config trained without interruption by our own launcher, 2 processes."""
+def spawned_reference(tmp: Path, coco128: Path, capfd: pytest.CaptureFixture | None = None,
+                      **system) -> Path:
+    """The same config trained without interruption by our own launcher, 2 processes; with
+    `capfd`, on the main thread, the launcher runs in this process (`run_spawned`)."""
     config_dir = write_config(tmp, coco128, db=SMALL, **SGD, **system)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node",
-                       "2", "--workers", "1", timeout=400)
+    result = (run_spawned(config_dir, 2, "--workers", "1", capfd=capfd) if capfd else
+              run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node",
+                        "2", "--workers", "1", timeout=400))
     assert result.returncode == 0, result.stdout + result.stderr
     return tmp
 

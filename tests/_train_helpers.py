@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 try:  # imported as `tests._train_helpers` or, with tests/ on the path, `_train_helpers`
     from tests._inproc import Completed, run_script
 except ImportError:
@@ -82,6 +84,21 @@ def run_train(config_dir: Path, *extra: str, name: str = "Tiny128", timeout: flo
     env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     return subprocess.run(cmd or train_cmd(config_dir, name, *extra), capture_output=True,
                           text=True, timeout=timeout, cwd=REPO, env=env, check=False)
+
+
+def run_spawned(config_dir: Path, procs: int, *extra: str, capfd: pytest.CaptureFixture,
+                name: str = "Tiny128") -> Completed:
+    """`train.py --distributed --procs-per-node <procs>` with its launcher in this process
+    (`run_train(..., inproc=True)`): the ranks are spawned processes as ever, and what they
+    print, on the file descriptors they inherit, is read with `capfd` and follows the
+    launcher's own output. A launcher of its own is a torch import more, not another test."""
+    capfd.readouterr()
+    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node",
+                       str(procs), *extra, name=name, inproc=True)
+    ranks = capfd.readouterr()
+    result.stdout += ranks.out
+    result.stderr += ranks.err
+    return result
 
 
 def torchrun_cmd(config_dir: Path, procs: int, *extra: str, name: str = "Tiny128") -> list[str]:
@@ -162,9 +179,13 @@ class Training:
         """Read output until a line matches; remembers every descendant seen meanwhile."""
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
-        buffer = ""
+        buffer, scanned = "", 0.0
         while time.monotonic() < deadline:
-            self.seen |= children(self.proc.pid)
+            # A scan reads every process's /proc entry (milliseconds of CPU on a busy machine):
+            # five a second, and once more at the match, see every process the run keeps.
+            if time.monotonic() - scanned > 0.2:
+                self.seen |= children(self.proc.pid)
+                scanned = time.monotonic()
             ready, _, _ = select.select([fd], [], [], 0.05)
             chunk = os.read(fd, 1 << 16).decode(errors="replace") if ready else ""
             buffer += chunk
@@ -172,6 +193,7 @@ class Training:
             for line in done:
                 self.lines.append(line)
                 if re.search(pattern, line):
+                    self.seen |= children(self.proc.pid)
                     return line
             if self.proc.poll() is not None and not chunk:
                 break

@@ -112,10 +112,11 @@ def _supervise(processes: list, reports: Any, first_rank: int) -> int:
     while True:
         # `running` is read before `failed`: a process that ends in between is seen as
         # failed on the next pass, never missed by a loop that has already ended.
-        running = any(proc.exitcode is None for proc in processes)
+        # The sentinels of those still running only: an ended process's is ready for good,
+        # and waiting on it spun this loop on a CPU the last ranks were finishing on.
+        running = [proc.sentinel for proc in processes if proc.exitcode is None]
         if running:
-            multiprocessing.connection.wait(
-                [p.sentinel for p in processes] + [reports._reader], timeout=1.0)
+            multiprocessing.connection.wait(running + [reports._reader], timeout=1.0)
         _drain(reports, received)
         failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]
         if failed:

@@ -1,9 +1,10 @@
 """The weight average through the scripts: test.py --testiter best, train.py's evaluation,
 resume, and two processes. The scripts run in this process (`run_script`, `run_train(...,
-inproc=True)`); the two ranks are spawned processes."""
+inproc=True)`); of the two ranks, one is a spawned process and the other this one."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
@@ -100,7 +101,8 @@ def test_training_evaluates_the_average_and_resumes_it_exactly(coco128, tmp_path
 def _rank(rank: int, tmp_path, coco128, url: str) -> None:
     from tests._dense_reference import coco128_db
     torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=url, world_size=2, rank=rank)
+    torch.distributed.init_process_group("gloo", init_method=url, world_size=2, rank=rank,
+                                         timeout=datetime.timedelta(seconds=120))
     try:
         db = coco128_db(coco128, "CornerNet_Tiny", tmp_path / f"dbs{rank}", categories=80)
         system = tiny_config(tmp_path, ema_decay=0.8, ema_warmup=1)
@@ -118,7 +120,21 @@ def _rank(rank: int, tmp_path, coco128, url: str) -> None:
 
 @pytest.mark.slow
 def test_two_processes_hold_the_same_average(coco128, tmp_path):
-    mp.spawn(_rank, args=(tmp_path, coco128, f"file://{tmp_path / 'rendezvous'}"), nprocs=2)
+    """Rank 1 is a spawned process, rank 0 this one (its threads and random state kept)."""
+    url = f"file://{tmp_path / 'rendezvous'}"
+    other = mp.get_context("spawn").Process(target=_rank, args=(1, tmp_path, coco128, url))
+    other.start()
+    threads = torch.get_num_threads()
+    try:
+        with torch.random.fork_rng():
+            _rank(0, tmp_path, coco128, url)
+    finally:
+        torch.set_num_threads(threads)
+        other.join(timeout=120)
+        if other.exitcode is None:
+            other.kill()
+            other.join()
+    assert other.exitcode == 0
     first, second = (torch.load(tmp_path / f"ema{r}.pt", weights_only=True) for r in (0, 1))
     assert int(first["n_averaged"]) == 4
     for key, value in first.items():

@@ -23,6 +23,7 @@ from _train_helpers import (
     alive,
     copy_snapshot,
     losses,
+    run_spawned,
     run_train,
     write_config,
 )
@@ -162,46 +163,61 @@ def test_sigterm_writes_a_loadable_snapshot_and_exits(tmp_path, coco128):
     assert not alive(run.seen)
 
 
+# One process imports torch once and forks a writer for each line it reads: the writer saves
+# in a loop, says its pid after its first complete write, and is killed by the test; the parent
+# says "gone" once it has reaped it.
 _WRITER = """
-import sys, torch
+import os, sys, torch
 from pathlib import Path
 from core.utils.files import write_atomic
 path = Path(sys.argv[1])
 big = {"model": {f"w{i}": torch.full((256, 1024), float(i)) for i in range(40)}}
-i = 0
-while True:
-    big["iteration"] = i
-    write_atomic(big, path)
-    i += 1
-    print(i, flush=True)
+for _ in sys.stdin:
+    pid = os.fork()
+    if pid == 0:
+        i = 0
+        while True:
+            big["iteration"] = i
+            write_atomic(big, path)
+            i += 1
+            if i == 1:
+                print(os.getpid(), flush=True)
+    os.waitpid(pid, 0)
+    print("gone", flush=True)
 """
 
 
 @pytest.mark.slow
 def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
     path = tmp_path / "snap.pkl"
-    for delay in (0.3, 0.45, 0.6, 0.8):
-        proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=REPO,
-                                stdout=subprocess.PIPE, text=True)
-        proc.stdout.readline()  # at least one complete write exists
-        time.sleep(delay)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # no thread pool in the process that forks
+    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=REPO, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for delay in (0.3, 0.45, 0.6, 0.8):
+            proc.stdin.write("write\n")
+            proc.stdin.flush()
+            writer = int(proc.stdout.readline())  # at least one complete write exists
+            time.sleep(delay)
+            os.kill(writer, signal.SIGKILL)
+            assert proc.stdout.readline().strip() == "gone"
+            state = load(path)
+            assert torch.equal(state["model"]["w7"], torch.full((256, 1024), 7.0))
+    finally:
         proc.kill()
-        proc.wait()
-        state = load(path)
-        assert torch.equal(state["model"]["w7"], torch.full((256, 1024), 7.0))
+        proc.communicate()
     assert [p.name for p in tmp_path.iterdir()] == ["snap.pkl"] or all(
         p.name.startswith(".") for p in tmp_path.iterdir() if p.name != "snap.pkl")
 
 
 @pytest.mark.slow
-def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128):
+def test_two_gloo_processes_equal_one_process_with_the_same_chunks(tmp_path, coco128, capfd):
     common = {"max_iter": 3, "snapshot": 3, "val_iter": 0, "batch_size": 4}
     one = write_config(tmp_path / "one", coco128, chunk_sizes=[2, 2], **common)
     two = write_config(tmp_path / "two", coco128, **common)
     single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
-    double = run_train(two, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                       "--workers", "1")
+    double = run_spawned(two, 2, "--workers", "1", capfd=capfd)
     assert double.returncode == 0, double.stdout + double.stderr
     assert "parameters agree on 2 ranks" in double.stdout
     a = load(snapshot(tmp_path / "one", 3))["model"]

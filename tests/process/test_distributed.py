@@ -24,6 +24,7 @@ from _train_helpers import (
     losses,
     node_cmd,
     parent,
+    run_spawned,
     run_train,
     torchrun_cmd,
     write_config,
@@ -31,8 +32,10 @@ from _train_helpers import (
 
 from core.utils.dist import free_port
 
-# The launchers' runs are real process trees and `slow`; the one-process references and the
-# refusal before any rank run train.py's command line in this process (run_train inproc).
+# The launchers' runs are real process trees and `slow`; the one-process references, the
+# refusal before any rank and the launcher of the spawned ranks where neither a signal nor a
+# kill is sent to it run train.py's command line in this process (run_train inproc,
+# run_spawned: the ranks are spawned processes all the same).
 # The ranks read with one prefetch worker each (--workers 1): on 2 cores, 3 ranks of 2 workers
 # each were a fifth of a run's time; the data a rank reads does not depend on the worker count
 # (the torchrun run, always of one worker, trains like the one process of 2 workers).
@@ -102,11 +105,10 @@ def test_one_process_steps_are_large_against_the_tolerance(cornernet_one):
 
 
 @pytest.mark.slow
-def test_three_spawned_processes_train_like_one(tmp_path, coco128, cornernet_one):
+def test_three_spawned_processes_train_like_one(tmp_path, coco128, cornernet_one, capfd):
     reference, single = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "3",
-                       "--workers", "1")
+    result = run_spawned(config_dir, 3, "--workers", "1", capfd=capfd)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "processes: 3, global batch 49 in chunks [4, 5, 5, 5, 5, 5, 5, 5, 5, 5], " \
            "rank 0 runs [4, 5, 5, 5]" in result.stdout
@@ -137,13 +139,12 @@ def test_two_nodes_on_localhost_train_like_one(tmp_path, coco128, cornernet_one)
 
 
 @pytest.mark.slow
-def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128):
+def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128, capfd):
     one = write_config(tmp_path / "one", coco128, db=SMALL, **SQUEEZE_CHUNKS, **PARITY)
     three = write_config(tmp_path / "three", coco128, db=SMALL, **SQUEEZE_CHUNKS, **PARITY)
     single = run_train(one, inproc=True)
     assert single.returncode == 0, single.stdout + single.stderr
-    result = run_train(three, "--distributed", "--world-size", "1", "--procs-per-node", "3",
-                       "--workers", "1")
+    result = run_spawned(three, 3, "--workers", "1", capfd=capfd)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0 runs [13, 14]" in result.stdout
     assert_same_training(tmp_path / "one", tmp_path / "three")
@@ -151,12 +152,11 @@ def test_squeeze_chunks_on_three_processes_train_like_one(tmp_path, coco128):
 
 @pytest.mark.slow
 def test_resuming_with_another_process_count_continues_the_same_training(
-        tmp_path, coco128, cornernet_one):
+        tmp_path, coco128, cornernet_one, capfd):
     reference, single = cornernet_one
     config_dir = write_config(tmp_path, coco128, db=SMALL, **CORNERNET_CHUNKS, **PARITY)
     copy_snapshot(reference / "cache", tmp_path / "cache", NAME, 1)
-    result = run_train(config_dir, "--iter", "1", "--distributed", "--world-size", "1",
-                       "--procs-per-node", "2", "--workers", "1")
+    result = run_spawned(config_dir, 2, "--iter", "1", "--workers", "1", capfd=capfd)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "note: snapshot 1 was trained with the chunks" not in result.stdout
     # One step from the same state: only float summation noise apart.
@@ -167,11 +167,10 @@ def test_resuming_with_another_process_count_continues_the_same_training(
 
 
 @pytest.mark.slow
-def test_fewer_chunks_than_processes_are_re_chunked_and_said(tmp_path, coco128):
+def test_fewer_chunks_than_processes_are_re_chunked_and_said(tmp_path, coco128, capfd):
     config_dir = write_config(tmp_path, coco128, db=SMALL, batch_size=5, max_iter=1,
                               snapshot=1, val_iter=0)
-    result = run_train(config_dir, "--distributed", "--world-size", "1", "--procs-per-node", "2",
-                       "--workers", "1")
+    result = run_spawned(config_dir, 2, "--workers", "1", capfd=capfd)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("is cut into 2 chunks [3, 2]") == 1
 

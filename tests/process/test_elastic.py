@@ -37,7 +37,8 @@ def rank_of(pid: int) -> int | None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp_path, coco128):
+def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp_path, coco128,
+                                                                            capfd):
     root = tmp_path / "elastic"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=10, snapshot=3)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
@@ -57,7 +58,8 @@ def test_a_killed_rank_is_restarted_and_the_run_ends_as_an_uninterrupted_one(tmp
     assert status == 0, output[-4000:]
     resumed = [line for line in output.splitlines() if "continuing from snapshot" in line]
     assert resumed and resumed[-1].split()[-1] in {"3", "6"}, output[-4000:]
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=10, snapshot=3)
+    reference = spawned_reference(tmp_path / "spawn", coco128, capfd, max_iter=10,
+                                  snapshot=3)
     assert_equal_params(snapshot(root, 10)["model"], snapshot(reference, 10)["model"])
     assert_one_record(root, 10)
 

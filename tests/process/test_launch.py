@@ -4,13 +4,18 @@ is given, and what launch settles as new ones."""
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import pickle
+import threading
+from types import SimpleNamespace
 
 import pytest
 from _train_helpers import write_config
 
 from core.config import ConfigError
 from core.engine import cluster
+from core.engine import launch as launcher
 from core.engine.launch import _rendezvous, launch
 from core.engine.options import TrainOptions
 from cornernet.commands import train
@@ -75,3 +80,32 @@ def test_launch_hands_train_frozen_options_with_the_device_resolved(tmp_path, co
     (args, max_iter, rank, world, device, distributed), = seen
     assert isinstance(args, TrainOptions) and args.device == "cpu" and args.workers == 1
     assert (max_iter, rank, world, device, distributed) == (3, 0, 1, "cpu", False)
+
+
+def test_the_launcher_sleeps_while_its_last_rank_finishes(monkeypatch):
+    """Rank 1 has ended, rank 0 still writes its report: the launcher waits for rank 0's end
+    in a few passes, not in a loop on the ended rank's ready sentinel."""
+    ended_r, ended_w = os.pipe()
+    os.write(ended_w, b"x")  # a process's sentinel is ready once it has ended
+    last_r, last_w = os.pipe()
+    ranks = [SimpleNamespace(pid=10, exitcode=None, sentinel=last_r),
+             SimpleNamespace(pid=11, exitcode=0, sentinel=ended_r)]
+    waits = []
+    wait = multiprocessing.connection.wait
+    monkeypatch.setattr(multiprocessing.connection, "wait",
+                        lambda *args, **kwargs: waits.append(1) or wait(*args, **kwargs))
+
+    def finish():
+        ranks[0].exitcode = 0
+        os.write(last_w, b"x")
+
+    timer = threading.Timer(0.5, finish)
+    timer.start()
+    try:
+        status = launcher._supervise(ranks, multiprocessing.get_context("spawn").SimpleQueue(), 0)
+    finally:
+        timer.cancel()
+        for fd in (ended_r, ended_w, last_r, last_w):
+            os.close(fd)
+    assert status == 0
+    assert len(waits) <= 3, f"{len(waits)} passes"
