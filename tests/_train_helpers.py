@@ -207,10 +207,26 @@ class Training:
         return [pid for pid in pids if parent(pid) in servers]
 
     def finish(self, timeout: float) -> tuple[int, float, str]:
-        """Wait for exit; returns (exit code, seconds waited, the rest of the output)."""
+        """Wait for exit, still adding the run's descendants to `seen` (so that "no process
+        was started" is observed, not assumed); returns (exit code, seconds waited, the whole
+        output). A run still going after `timeout` seconds raises subprocess.TimeoutExpired."""
         t0 = time.monotonic()
-        out, _ = self.proc.communicate(timeout=timeout)
-        rest = (out or b"").decode(errors="replace")
+        fd = self.proc.stdout.fileno()
+        chunks, scanned, ended = [], 0.0, False
+        while True:
+            if time.monotonic() - scanned > 0.2:
+                self.seen |= children(self.proc.pid)
+                scanned = time.monotonic()
+            ready, _, _ = select.select([] if ended else [fd], [], [], 0.05)
+            chunk = os.read(fd, 1 << 16) if ready else b""
+            ended = ended or (bool(ready) and not chunk)  # end of file: only the exit is left
+            chunks.append(chunk)
+            if not chunk and self.proc.poll() is not None:
+                break
+            if time.monotonic() - t0 > timeout:
+                raise subprocess.TimeoutExpired(self.proc.args, timeout)
+        self.proc.wait()
+        rest = b"".join(chunks).decode(errors="replace")
         return self.proc.returncode, time.monotonic() - t0, "\n".join(self.lines) + "\n" + rest
 
     def kill(self) -> None:

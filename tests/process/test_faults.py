@@ -117,7 +117,7 @@ def test_a_read_only_cache_folder_is_one_line_before_training(tmp_path, coco128,
     t0 = time.monotonic()
     result = run_train(config_dir, cmd=in_mount_namespace(
         f"mount -t tmpfs -o ro,size=1m none {disk}", train_cmd(config_dir)))
-    assert time.monotonic() - t0 < 15
+    assert time.monotonic() - t0 < 60  # a bound on hanging; "before training" is the one line
     one_line_error(result, "cannot write in", "system.cache_dir")
 
 
