@@ -163,8 +163,12 @@ class Training:
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         buffer = ""
+        scanned = 0.0
         while time.monotonic() < deadline:
-            self.seen |= children(self.proc.pid)
+            # A walk of /proc costs milliseconds: every quarter second, and at the match
+            if time.monotonic() - scanned > 0.25:
+                self.seen |= children(self.proc.pid)
+                scanned = time.monotonic()
             ready, _, _ = select.select([fd], [], [], 0.05)
             chunk = os.read(fd, 1 << 16).decode(errors="replace") if ready else ""
             buffer += chunk
@@ -172,6 +176,7 @@ class Training:
             for line in done:
                 self.lines.append(line)
                 if re.search(pattern, line):
+                    self.seen |= children(self.proc.pid)
                     return line
             if self.proc.poll() is not None and not chunk:
                 break
