@@ -36,7 +36,7 @@ def _in_process(script: str, args: list[str], cwd: Path) -> Completed:
     return run_script(script, *args, cwd=cwd)
 
 
-@pytest.mark.slow  # two iterations and a test in-process: 1-2 s
+@pytest.mark.slow  # two iterations, a test and a prediction in-process: about 2 s
 @pytest.mark.parametrize("layout", sorted(EXPORTS))
 def test_an_export_trains_as_exported_then_tests_and_predicts_by_name(tmp_path, layout):
     export = EXPORTS[layout](tmp_path / "downloads" / f"my-{layout}")
