@@ -1,7 +1,11 @@
-"""`--data` end to end: each exporter's layout trained as exported, from an empty folder in a
-process of its own, then tested and used for prediction by the run's name from that folder (in
-this process: what they find is on disk, and a process start costs seconds); `cornernet check`
-takes `--data` and `--set`."""
+"""`--data` end to end: each exporter's layout trained as exported from an empty folder, then
+tested and used for prediction by the run's name from that folder; `cornernet check` takes
+`--data` and `--set`.
+
+What each command finds is on disk, so they run in this process (a process start costs seconds,
+two torch imports with the fork server's): the layouts train through train.py's command line
+here, and one run, trained on another export than it is tested on, trains as a user starts it,
+`python -m cornernet.cli train` in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -32,16 +36,16 @@ def _in_process(script: str, args: list[str], cwd: Path) -> Completed:
     return run_script(script, *args, cwd=cwd)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # two iterations, a test and a prediction in-process: about 2 s
 @pytest.mark.parametrize("layout", sorted(EXPORTS))
 def test_an_export_trains_as_exported_then_tests_and_predicts_by_name(tmp_path, layout):
     export = EXPORTS[layout](tmp_path / "downloads" / f"my-{layout}")
     empty = tmp_path / "work"
     empty.mkdir()
-    trained = _cornernet(["train", "CornerNet_Tiny", "--data", str(export.path), "--name", "t",
-                          "--workers", "1", "--set", "system.max_iter=2", "system.batch_size=2",
-                          "system.display=1", f"system.cache_dir={empty / 'cache'}",
-                          f"system.result_dir={empty / 'results'}"], empty)
+    trained = _in_process("train.py", [
+        "CornerNet_Tiny", "--data", str(export.path), "--name", "t", "--workers", "1", "--set",
+        "system.max_iter=2", "system.batch_size=2", "system.display=1",
+        f"system.cache_dir={empty / 'cache'}", f"system.result_dir={empty / 'results'}"], empty)
     assert trained.returncode == 0, trained.stderr[-3000:]
     assert (f"read as {export.dataset}: {len(export.names)} classes "
             f"({', '.join(export.names)})") in trained.stdout
@@ -74,7 +78,7 @@ def test_check_takes_data_and_set(tmp_path):
     assert "test_scales" not in changes and changes["rand_scale_min"] == 3.0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a process of its own: the cornernet command from a fresh interpreter
 def test_a_run_is_tested_on_another_export_of_its_classes(tmp_path):
     from _exports import label_studio, voc_devkit
 

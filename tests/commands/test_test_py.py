@@ -189,12 +189,12 @@ def test_interrupted_run_resumes_to_the_same_metrics(coco128, tmp_path, uninterr
 
 @pytest.mark.slow  # in-process, but 3-7 s of CPU
 def test_changed_settings_do_not_reuse_a_partial_run(tiny_coco, monkeypatch):
-    journal = _journal_left(tiny_coco, monkeypatch, 12, 3)
+    journal = _journal_left(tiny_coco, monkeypatch, 5, 3)
     assert journal.is_file()
     config = json.loads((tiny_coco / "configs" / "CocoTiny.json").read_text())
     config["db"]["top_k"] = 10
     (tiny_coco / "configs" / "CocoTiny.json").write_text(json.dumps(config))
-    done = cli(tiny_coco, "--images", 12)
+    done = cli(tiny_coco, "--images", 5)
     assert done.returncode == 0, done.stderr
     assert "starting afresh" in done.stdout and "config" in done.stdout
     assert "resuming" not in done.stdout

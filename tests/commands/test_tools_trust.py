@@ -2,7 +2,7 @@
 checkout without `pip install -e .`.
 
 The scripts run in the test process (`inproc`) except the start from a bare checkout (a
-process's own start) and the second test.py on a folder in use (two processes): those, and
+process's own start) and the test.py refused a folder in use (two processes): those, and
 in-process runs above about 2 s, are `slow`."""
 
 from __future__ import annotations
@@ -170,8 +170,9 @@ def test_a_second_test_py_on_a_results_folder_in_use_is_one_line(coco128, tmp_pa
     assert len(lines) == 1 and f"{folder} is in use by the run of pid {os.getpid()}" in lines[0]
     assert "use another --suffix or system.result_dir" in lines[0]
     assert not (folder / "partial.jsonl").exists()
-    again = run("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
-                "--images", 1, "--device", "cpu")
+    # the refused run left nothing on disk that keeps the next one out (in this process)
+    again = inproc("test.py", "CocoTiny", "--config-dir", root / "configs", "--testiter", 0,
+                   "--images", 1, "--device", "cpu")
     assert again.returncode == 0, again.stderr
     assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
 

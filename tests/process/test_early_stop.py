@@ -19,6 +19,7 @@ from core.errors import Stopped
 from tests._train_helpers import REPO, Training, write_config
 
 SMALL = {"input_size": [64, 64], "output_sizes": [[16, 16]]}
+ONE_WORKER = ("--workers", "1")  # a prefetch process is started all the same: one is enough
 
 
 def interpreter_start() -> float:
@@ -51,7 +52,7 @@ def test_a_resume_signal_during_start_up_stops_after_the_first_iteration(long_ru
     a fresh interpreter reaches the catch here, measured just before."""
     root, config_dir = long_run
     wait = max(delay, 1.5 * interpreter_start())
-    run = Training(config_dir)
+    run = Training(config_dir, *ONE_WORKER)
     try:
         time.sleep(wait)
         run.proc.send_signal(signal.SIGUSR1)
@@ -68,7 +69,7 @@ def test_a_signal_before_the_interpreter_runs_waits_when_the_launcher_blocks_it(
     blocked = {signal.SIGTERM, signal.SIGUSR1}
     signal.pthread_sigmask(signal.SIG_BLOCK, blocked)  # this test is the launcher
     try:
-        run = Training(config_dir)  # the child starts with the mask of its parent
+        run = Training(config_dir, *ONE_WORKER)  # the child starts with the mask of its parent
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, blocked)
     try:
@@ -82,7 +83,7 @@ def test_a_signal_before_the_interpreter_runs_waits_when_the_launcher_blocks_it(
 @pytest.mark.slow
 def test_a_stop_during_a_dry_run_ends_it_in_one_line(long_run):
     _, config_dir = long_run
-    run = Training(config_dir, "--dry-run", "100000")
+    run = Training(config_dir, "--dry-run", "100000", *ONE_WORKER)
     try:
         time.sleep(max(1.0, 1.5 * interpreter_start()))
         run.proc.send_signal(signal.SIGTERM)

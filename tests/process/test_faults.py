@@ -67,7 +67,7 @@ def namespaces():
 def test_kill_during_a_snapshot_write_leaves_nothing_torn_and_the_next_run_cleans_up(
         tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=1, val_iter=0)
-    run = Training(config_dir)
+    run = Training(config_dir, "--workers", "1")
     try:
         run.wait_for(r"iteration 3: loss")
         deadline = time.monotonic() + 60
@@ -211,7 +211,8 @@ def test_json_nested_too_deep_is_one_line(tmp_path, coco128):
 def test_a_second_ctrl_c_stops_at_once_quietly(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=100000, snapshot=100000, val_iter=0)
     code, output, tree = interrupted(config_dir, r"iteration 2: loss", signal.SIGINT,
-                                     signal.SIGINT)
+                                     signal.SIGINT, cmd=train_cmd(config_dir, NAME, "--workers",
+                                                                  "1"))
     assert code == 128 + signal.SIGINT
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
     assert not wait_gone(tree, 10)

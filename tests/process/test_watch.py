@@ -16,7 +16,7 @@ import torch
 
 from core.engine.metrics import read_lines
 from tests._inproc import run_script
-from tests._train_helpers import REPO, interrupted, run_train, write_config
+from tests._train_helpers import REPO, interrupted, run_train, train_cmd, write_config
 
 NAME = "Tiny128"
 TRAINING_KEYS = {"iteration", "loss", "focal", "pull", "push", "off", "terms", "lr", "grad_norm",
@@ -32,7 +32,8 @@ def metrics_file(tmp_path):
 def test_metrics_hold_each_iteration_once_across_sigterm_and_resume_latest(tmp_path, coco128):
     config_dir = write_config(tmp_path, coco128, max_iter=12, snapshot=4, val_iter=3,
                               display=1)
-    code, output, _ = interrupted(config_dir, r"iteration 6: loss", signal.SIGTERM)
+    code, output, _ = interrupted(config_dir, r"iteration 6: loss", signal.SIGTERM,
+                                  cmd=train_cmd(config_dir, NAME, "--workers", "1"))
     assert code == 128 + signal.SIGTERM, output
     stopped = max(line["iteration"] for line in read_lines(metrics_file(tmp_path)))
     assert 6 <= stopped < 12
@@ -86,12 +87,13 @@ def test_dry_run_prints_its_figures_and_trains_nothing(tmp_path, coco128):
     assert not metrics_file(tmp_path).exists()
 
 
-def shapes_config(tmp_path, **system) -> Path:
-    """CornerNet_Tiny on a small generated Shapes dataset, every path under `tmp_path`."""
+def shapes_config(tmp_path, train_images: int = 64, **system) -> Path:
+    """CornerNet_Tiny on a small generated Shapes dataset (16 validation images), every path
+    under `tmp_path`."""
     config = json.loads((REPO / "configs" / "CornerNet_Tiny.json").read_text())
     config["system"].update(cache_dir=str(tmp_path / "cache"), data_dir=str(tmp_path / "data"),
                             result_dir=str(tmp_path / "results"), **system)
-    config["db"].update(num_train_images=64, num_val_images=16)
+    config["db"].update(num_train_images=train_images, num_val_images=16)
     folder = tmp_path / "configs"
     folder.mkdir()
     (folder / "CornerNet_Tiny.json").write_text(json.dumps(config))
@@ -129,20 +131,22 @@ def test_ap_during_training_picks_the_best_snapshot_and_test_py_reproduces_it(tm
 
 @pytest.mark.slow  # the spawn launcher's two ranks, then test.py in-process
 def test_two_processes_split_the_evaluation_and_score_every_image(tmp_path):
-    config_dir = shapes_config(tmp_path, max_iter=20, eval_iter=20, snapshot=20, display=10,
-                               val_iter=0, batch_size=8, learning_rate=0.002)
+    # The subject is the evaluation split over the ranks, not what training reached: two
+    # iterations (one batch of 4 per rank each) lead to it.
+    config_dir = shapes_config(tmp_path, train_images=16, max_iter=2, eval_iter=2, snapshot=2,
+                               display=1, val_iter=0, batch_size=8, learning_rate=0.002)
     result = run_train(config_dir, "--distributed", "--world-size", "1",
                        "--procs-per-node", "2", "--workers", "1", name="CornerNet_Tiny")
     assert result.returncode == 0, result.stdout + result.stderr
-    scored = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
+    scored = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "2" / "val" /
                          "metrics.json").read_text())
     assert scored["num_images"] == 16  # 8 detected by each rank, gathered on rank 0
     line = read_lines(tmp_path / "cache" / "nnet" / "CornerNet_Tiny" / "metrics.jsonl")[-1]
-    assert line["iteration"] == 20 and line["AP"] == scored["metrics"]["AP"]
+    assert line["iteration"] == 2 and line["AP"] == scored["metrics"]["AP"]
 
-    tested = run_script("test.py", "CornerNet_Tiny", "--testiter", "20", "--config-dir",
+    tested = run_script("test.py", "CornerNet_Tiny", "--testiter", "2", "--config-dir",
                         config_dir, "--device", "cpu", "--no-resume")
     assert tested.returncode == 0, tested.stdout + tested.stderr
-    again = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "20" / "val" /
+    again = json.loads((tmp_path / "results" / "CornerNet_Tiny" / "2" / "val" /
                         "metrics.json").read_text())
     assert again["metrics"]["AP"] == pytest.approx(line["AP"], abs=1e-12)
