@@ -40,11 +40,11 @@ SHARED = ("slurm", "spread_export")
 # groups and tests start first, so that the last to end is a short one; a slow test not named
 # here counts SLOW, any other FAST. The numbers order the tests and nothing else.
 KNOWN = {
-    "tests/process/test_slurm.py::test_a_time_limit": 140,
-    "tests/process/test_slurm.py::test_scancel_usr1": 65,
-    "tests/process/test_slurm.py::test_submitit_requeues": 55,
-    "tests/process/test_slurm.py::test_template_with_two_tasks": 40,
-    "tests/process/test_slurm.py::test_scancel_of_a_job": 31,
+    "tests/process/test_slurm.py::test_a_time_limit": 45,
+    "tests/process/test_slurm.py::test_scancel_usr1": 1,
+    "tests/process/test_slurm.py::test_submitit_requeues": 37,
+    "tests/process/test_slurm.py::test_template_with_two_tasks": 45,
+    "tests/process/test_slurm.py::test_scancel_of_a_job": 18,
     "tests/process/test_slurm.py": 15,
     "tests/core/nnet/test_compiled.py::test_compiling_the_tiny_step": 110,
     "tests/commands/test_benchmark.py::test_compile_gives_eager_detections": 90,
