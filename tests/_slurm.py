@@ -22,8 +22,12 @@ import pytest
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 GPUS = 2
-# The settings a single node needs (see issue 19): the requeue ones make a requeued job run again
-# after 10-15 s instead of about 160 s.
+# The settings a single node needs (see issue 19), and the ones that keep its tests from waiting:
+# - SLURM holds a requeued job until cred_expire + 1 s have passed (its job_mgr.c: the new launch
+#   credential must outdate the revoked one); 5 is the least it accepts (the default, 120, made
+#   a requeued job wait about 160 s). A launch credential must reach slurmd within those 5 s.
+# - sched_interval=1, bf_interval=1: the scheduler looks at the queue every second, so a
+#   requeued job starts within a second of that time (with 5 and 2, up to 4 s later).
 CONF = """\
 ClusterName=cornernet-test
 SlurmctldHost={host}(127.0.0.1)
@@ -31,7 +35,7 @@ SlurmUser=root
 SlurmctldPort={port}
 SlurmdPort={port1}
 AuthType=auth/munge
-AuthInfo=socket={munge_socket},cred_expire=10
+AuthInfo=socket={munge_socket},cred_expire=5
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -41,7 +45,7 @@ SlurmdLogFile={root}/slurmd.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SchedulerType=sched/backfill
-SchedulerParameters=sched_interval=5,bf_interval=2
+SchedulerParameters=sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 JobRequeue=1
@@ -82,13 +86,14 @@ class Slurm:
         return dict(re.findall(r"(\w+)=(\S*)", out))
 
     def wait(self, job: int, until, timeout: float) -> dict[str, str]:
-        """Poll the job's state until `until(state)` holds; its last state."""
+        """Poll the job's state until `until(state)` holds; its last state. Five times a
+        second: a poll is one `scontrol` of about 2 ms."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.state(job)
             if until(state):
                 return state
-            time.sleep(1)
+            time.sleep(0.2)
         raise AssertionError(f"job {job} still {self.state(job)} after {timeout} s; "
                              f"slurmctld log tail:\n{self.log_tail()}")
 

@@ -8,11 +8,14 @@ gradient: equal parameters mean equal gradients at every step.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -51,7 +54,7 @@ def wait_for_line(path: Path, text: str, timeout: float) -> str:
             for line in path.read_text(errors="replace").replace("\r", "\n").splitlines():
                 if text in line:
                     return line
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(f"no {text!r} in {path}:\n"
                          + (path.read_text(errors="replace")[-3000:] if path.is_file() else ""))
 
@@ -65,12 +68,65 @@ def leftovers(root: Path) -> list[str]:
     return found
 
 
+def assert_no_leftovers(root: Path, within: float = 2.0) -> None:
+    """No process of the job (its command line names `root`) is left `within` seconds after
+    it ended: the processes are looked for until they are gone, for `within` s at most."""
+    deadline = time.monotonic() + within
+    while (found := leftovers(root)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not found, found
+
+
 @pytest.fixture(scope="module")
-def uninterrupted_14(tmp_path_factory, coco128) -> Path:
+def uninterrupted_14(tmp_path_factory, coco128) -> Iterator[Future]:
     """The 14 iterations of the requeue tests trained without interruption by our own launcher
-    (2 processes): the run each of them must end as, trained once for both."""
-    return spawned_reference(tmp_path_factory.mktemp("spawn"), coco128, max_iter=14,
-                             snapshot=100)
+    (2 processes), with a snapshot every 2: the run each of them must end as, trained once for
+    all, on a thread while SLURM runs the jobs (`.result()` is its folder)."""
+    with ThreadPoolExecutor(1) as pool:
+        yield pool.submit(spawned_reference, tmp_path_factory.mktemp("spawn"), coco128,
+                          max_iter=14, snapshot=2)
+
+
+@dataclass
+class Requeued:
+    """The job of `usr1_requeued`: its folder, id, output, last state, the iteration its first
+    run stopped after, and its processes left 2 s after it ended."""
+
+    root: Path
+    job: int
+    text: str
+    state: dict
+    iteration: int
+    leftovers: list[str]
+
+
+@pytest.fixture(scope="module")
+def usr1_requeued(slurm, tmp_path_factory, coco128, uninterrupted_14) -> Requeued:
+    """The template with 2 tasks, 14 iterations and a snapshot every 2, sent `scancel
+    --signal=USR1 --full` after iteration 4: it snapshots, requeues itself, and its second run
+    finishes the training. One job for two tests: the tasks train as two spawned processes do,
+    and the interrupted run ends as the uninterrupted one."""
+    tmp = tmp_path_factory.mktemp("usr1")
+    root = tmp / "slurm"
+    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=2)
+    out = tmp / "job.out"
+    job = submit(slurm, config_dir, out, "--time=10")
+    wait_for_line(out, "iteration 4: loss", timeout=240)
+    slurm.cmd("scancel", "--signal=USR1", "--full", str(job))
+    stopped = wait_for_line(out, "stopped by signal after iteration", timeout=60)
+    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
+    state = requeued_and_finished(slurm, job, timeout=300)
+    deadline = time.monotonic() + 2
+    while (found := leftovers(tmp)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return Requeued(root, job, out.read_text(errors="replace"), state, iteration, found)
+
+
+def seconds(duration: str) -> int:
+    """SLURM's [days-]hours:minutes:seconds (a RunTime) in seconds."""
+    days, _, clock = duration.rpartition("-")
+    hours, minutes, secs = map(int, clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
 
 
 def requeued_and_finished(cluster, job: int, timeout: float) -> dict:
@@ -79,59 +135,54 @@ def requeued_and_finished(cluster, job: int, timeout: float) -> dict:
     return state
 
 
-def test_template_with_two_tasks_trains_like_two_spawned_processes(slurm, tmp_path, coco128):
-    config_dir = write_config(tmp_path / "slurm", coco128, db=SMALL, **SGD, max_iter=4,
-                              snapshot=2)
-    out = tmp_path / "job.out"
-    job = submit(slurm, config_dir, out, "--time=10")
-    state = slurm.wait_done(job, timeout=300)
-    text = out.read_text(errors="replace")
-    assert state["JobState"] == "COMPLETED", text[-3000:]
-    assert "processes: 2, global batch 4 in chunks [2, 2]" in text
-    files = sorted(p.name for p in (tmp_path / "slurm/cache/nnet" / NAME).glob("*.pkl"))
-    assert files == [f"{NAME}_2.pkl", f"{NAME}_4.pkl"]  # one set of snapshots, not one per task
-    reference = spawned_reference(tmp_path / "spawn", coco128, max_iter=4, snapshot=2)
-    for iteration in (2, 4):
-        assert_equal_params(snapshot(tmp_path / "slurm", iteration)["model"],
-                            snapshot(reference, iteration)["model"])
+def test_template_with_two_tasks_trains_like_two_spawned_processes(usr1_requeued,
+                                                                   uninterrupted_14):
+    run = usr1_requeued
+    assert run.state["JobState"] == "COMPLETED", run.text[-3000:]
+    assert "processes: 2, global batch 4 in chunks [2, 2]" in run.text
+    files = sorted(p.name for p in (run.root / "cache/nnet" / NAME).glob("*.pkl"))
+    # one set of snapshots, not one per task: every 2 iterations, and the stop's
+    assert files == sorted(f"{NAME}_{i}.pkl" for i in {*range(2, 15, 2), run.iteration})
+    for iteration in (2, 4):  # the first run's, before the signal
+        assert_equal_params(snapshot(run.root, iteration)["model"],
+                            snapshot(uninterrupted_14.result(), iteration)["model"])
 
 
 def test_scancel_usr1_snapshots_requeues_and_the_second_job_finishes_the_same_run(
-        slurm, tmp_path, coco128, uninterrupted_14):
-    root = tmp_path / "slurm"
-    config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=14, snapshot=100)
-    out = tmp_path / "job.out"
-    job = submit(slurm, config_dir, out, "--time=10")
-    wait_for_line(out, "iteration 4: loss", timeout=240)
-    slurm.cmd("scancel", "--signal=USR1", "--full", str(job))
-    stopped = wait_for_line(out, "stopped by signal after iteration", timeout=60)
-    iteration = int(stopped.split("after iteration ")[1].split(";")[0])
-    assert 4 <= iteration < 14
-    state = requeued_and_finished(slurm, job, timeout=300)
-    text = out.read_text(errors="replace")
-    assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", text[-3000:]
-    assert f"requeued SLURM job {job}" in text
-    assert f"continuing from snapshot {iteration}" in text
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
-    assert_one_record(root, 14)
-    resumed = next(line for line in metrics(root) if line["iteration"] == iteration + 1)
-    assert resumed["time"] > next(line["time"] for line in metrics(root)
-                                  if line["iteration"] == iteration)
-    time.sleep(2)
-    assert not leftovers(tmp_path), leftovers(tmp_path)
+        usr1_requeued, uninterrupted_14):
+    run = usr1_requeued
+    assert 4 <= run.iteration < 14
+    assert run.state["JobState"] == "COMPLETED" and run.state["Restarts"] == "1", \
+        run.text[-3000:]
+    assert f"requeued SLURM job {run.job}" in run.text
+    assert f"continuing from snapshot {run.iteration}" in run.text
+    assert_equal_params(snapshot(run.root, 14)["model"],
+                        snapshot(uninterrupted_14.result(), 14)["model"])
+    assert_one_record(run.root, 14)
+    lines = metrics(run.root)
+    resumed = next(line for line in lines if line["iteration"] == run.iteration + 1)
+    assert resumed["time"] > next(line["time"] for line in lines
+                                  if line["iteration"] == run.iteration)
+    assert not run.leftovers, run.leftovers
 
 
 def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_finishes(
         slurm, tmp_path, coco128):
-    """--time=1 --signal=USR1@10: the only test that waits for SLURM's clock. The signal comes
-    20-50 s after the start, on a loaded machine possibly before the first iteration (caught
-    early, it stops after iteration 1). The run is long enough to be still training then; once
-    its snapshot is on disk the test shortens the run to 4 more iterations (max_iter does not
-    enter the arithmetic), so that the uninterrupted reference stays small."""
+    """--signal=USR1@90 and, once the job trains, a time limit 50-110 s away: the only test that
+    waits for SLURM's clock. slurmctld looks at time limits every 30 s and sends the signal at
+    the first look within 90 + 30 s of the limit: 0-30 s after the limit is set, 20 s or more
+    before it is reached. (Set at the submission, --time=1 with USR1@10 sent it 20-50 s after
+    the start: on a loaded machine as the tasks start, idle otherwise.) The run is long
+    enough to be still training then; once its snapshot is on disk the test shortens the run
+    to 4 more iterations (max_iter does not enter the arithmetic), so that the uninterrupted
+    reference stays small."""
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000)
     out = tmp_path / "job.out"
-    job = submit(slurm, config_dir, out, "--time=1", "--signal=USR1@10")
+    job = submit(slurm, config_dir, out, "--time=10", "--signal=USR1@90")
+    wait_for_line(out, "iteration 1: loss", timeout=240)
+    ran = seconds(slurm.state(job)["RunTime"])
+    slurm.cmd("scontrol", "update", f"JobId={job}", f"TimeLimit={math.ceil((ran + 50) / 60)}")
     stopped = wait_for_line(out, "stopped by signal after iteration", timeout=150)
     iteration = int(stopped.split("after iteration ")[1].split(";")[0])
     assert snapshot(root, iteration)["iteration"] == iteration
@@ -192,7 +243,8 @@ def test_submitit_requeues_through_its_checkpoint_and_the_run_ends_as_an_uninter
     errors = (folder / f"{job.job_id}_0_log.err").read_text(errors="replace")
     assert state["JobState"] == "COMPLETED" and state["Restarts"] == "1", errors[-3000:]
     assert f"continuing from snapshot {iteration}" in log.read_text(errors="replace")
-    assert_equal_params(snapshot(root, 14)["model"], snapshot(uninterrupted_14, 14)["model"])
+    assert_equal_params(snapshot(root, 14)["model"],
+                        snapshot(uninterrupted_14.result(), 14)["model"])
     assert_one_record(root, 14)
 
 
@@ -209,13 +261,13 @@ def test_scancel_of_a_job_whose_resume_signal_is_term_leaves_it_cancelled(
     slurm.cmd("scancel", str(job))
     wait_for_line(out, f"SLURM job {job} is COMPLETING (cancelled by scancel", timeout=60)
     state = slurm.wait_done(job, timeout=120)
-    time.sleep(15)  # a requeue would have queued the job again by now (the fixture's settings)
+    # Only the job's own processes could requeue it, and `scontrol requeue` counts the restart
+    # and queues the job at once: with all of them gone, the state is the last one.
+    assert_no_leftovers(tmp_path)
     state = slurm.state(job) or state
     text = out.read_text(errors="replace")
     assert state["JobState"] == "CANCELLED" and state.get("Restarts", "0") == "0", text[-3000:]
     assert f"requeued SLURM job {job}" not in text
-    time.sleep(2)
-    assert not leftovers(tmp_path), leftovers(tmp_path)
 
 
 def test_a_task_that_dies_ends_the_job_step_at_once(slurm, tmp_path, coco128):
@@ -239,8 +291,7 @@ def test_a_task_that_dies_ends_the_job_step_at_once(slurm, tmp_path, coco128):
     state = slurm.wait_done(job, timeout=120)
     assert time.monotonic() - killed < 90  # not the heartbeat's 600 s, not the time limit
     assert state["JobState"] in {"FAILED", "CANCELLED"}, out.read_text(errors="replace")[-3000:]
-    time.sleep(2)
-    assert not leftovers(tmp_path), leftovers(tmp_path)
+    assert_no_leftovers(tmp_path)
 
 
 def _environ(pid: int) -> bytes:
