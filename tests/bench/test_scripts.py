@@ -65,18 +65,26 @@ def run_script(path, *args, **env):
         return run_inproc(path, *args, env=script_env(OMP_NUM_THREADS="1", **env))
 
 
+# bench's module that reads where coco128 is (CORNERNET_DATA) when it is imported
+READ_AT_IMPORT = ("_coco128", "bench._coco128")
+
+
 @contextlib.contextmanager
 def script_folder_first(folder):
     """The import path as `python <folder>/<script>.py` has it, its folder first (where a bench
-    script finds `_checkout` and `_coco128`); that and OpenCV's thread count (bench_test sets
-    it) put back after."""
+    script finds `_checkout` and `_coco128`), and `_coco128` imported anew, from the run's
+    environment; those and OpenCV's thread count (bench_test sets it) put back after."""
     path, threads = list(sys.path), cv2.getNumThreads()
+    modules = {name: sys.modules.pop(name) for name in READ_AT_IMPORT if name in sys.modules}
     sys.path.insert(0, str(folder))
     try:
         yield
     finally:
         sys.path[:] = path
         cv2.setNumThreads(threads)
+        for name in READ_AT_IMPORT:
+            sys.modules.pop(name, None)
+        sys.modules.update(modules)
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -172,10 +172,10 @@ def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_fin
     waits for SLURM's clock. slurmctld looks at time limits every 30 s and sends the signal at
     the first look within 90 + 30 s of the limit: 0-30 s after the limit is set, 20 s or more
     before it is reached. (Set at the submission, --time=1 with USR1@10 sent it 20-50 s after
-    the start: on a loaded machine as the tasks start, idle otherwise.) The run is long
-    enough to be still training then; once its snapshot is on disk the test shortens the run
-    to 4 more iterations (max_iter does not enter the arithmetic), so that the uninterrupted
-    reference stays small."""
+    the start: on a loaded machine while the tasks were still starting, on an idle one after
+    up to 40 s of training.) The run is long enough to be still training then; once its
+    snapshot is on disk the test shortens the run to 4 more iterations (max_iter does not enter
+    the arithmetic), so that the uninterrupted reference stays small."""
     root = tmp_path / "slurm"
     config_dir = write_config(root, coco128, db=SMALL, **SGD, max_iter=100000, snapshot=100000)
     out = tmp_path / "job.out"
@@ -188,7 +188,7 @@ def test_a_time_limit_signal_snapshots_before_the_limit_and_the_requeued_job_fin
     assert snapshot(root, iteration)["iteration"] == iteration
     last = iteration + 4
     write_config(root, coco128, db=SMALL, **SGD, max_iter=last, snapshot=100000)
-    # The requeued job would get the same minute, and on a loaded machine spend it starting:
+    # The requeued job would get the same limit, and on a loaded machine spend it starting:
     # one limit is what this test is about, so the next job gets ten.
     slurm.cmd("scontrol", "update", f"JobId={job}", "TimeLimit=10")
     # the uninterrupted run trains while SLURM requeues the job (seconds of waiting)
