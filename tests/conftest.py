@@ -62,7 +62,7 @@ KNOWN = {
     "tests/bench/test_scripts.py::test_bench_script_runs_to_its_figures[bench_models]": 22,
     "tests/bench/test_scripts.py::test_bench_script_runs_to_its_figures[bench_threads]": 20,
     "tests/commands/test_train.py::test_two_gloo_processes": 18,
-    "tests/core/models/test_models.py::test_test_path_returns": 20,
+    "tests/core/models/test_models.py::test_test_path_returns": 4,
     "tests/core/deploy/test_onnx_export.py": 6,
 }
 SLOW, FAST = 5.0, 0.3
