@@ -18,8 +18,6 @@ from core.models.py_utils.corner_pool import (
     tl_pool,
 )
 
-torch.set_num_threads(2)
-
 # pool -> (dim, ray looks towards larger indices)
 POOLS = {TopPool: (2, True), BottomPool: (2, False), LeftPool: (3, True), RightPool: (3, False)}
 

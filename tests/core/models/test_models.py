@@ -14,8 +14,6 @@ from core.models import load_original_state_dict
 from core.models.CornerNet_Tiny import model as TinyModel
 from core.models.py_utils.decode import decode
 
-torch.set_num_threads(2)
-
 PUBLISHED = ["CornerNet", "CornerNet_Squeeze", "CornerNet_Saccade"]
 PARAMS = {"CornerNet": 201_035_212, "CornerNet_Squeeze": 31_771_852,
           "CornerNet_Saccade": 116_969_339}
