@@ -72,9 +72,24 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(2, min(8, len(os.sched_getaffinity(0))))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each worker how the controller deals: a worker parses the command line again, where
+    `-n N` names no --dist, so it would not know of the loadgroup chosen below."""
+    node.workerinput["dist"] = node.config.option.dist
+
+
 def pytest_configure(config) -> None:
     """`-n N` without a `--dist` of the caller's deals by loadgroup (xdist's own default, load,
-    would split the groups below). Runs after xdist's pytest_cmdline_main chose load for -n."""
+    would split the groups below). Runs after xdist's pytest_cmdline_main chose load for -n.
+
+    A worker collects, so it is the worker that must order the tests (`costliest_first`) and
+    name their groups in their ids (xdist does so where `config.option.loadgroup`, which it sets
+    from the worker's own command line: false under a bare `-n`, which split every group)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.option.loadgroup = workerinput.get("dist") == "loadgroup"
+        return
     args = config.invocation_params.args
     asked = any(arg == "--dist" or arg.startswith("--dist=") for arg in args)
     if getattr(config.option, "dist", "no") == "load" and not asked:
@@ -101,7 +116,7 @@ def pytest_collection_modifyitems(config, items):
         group = worker_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    if getattr(config.option, "dist", "no") != "no":
+    if getattr(config.option, "loadgroup", False):  # a worker's collection, dealt by group
         items[:] = costliest_first(items)
 
 
