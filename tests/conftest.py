@@ -50,7 +50,11 @@ KNOWN = {
     "tests/commands/test_benchmark.py::test_compile_gives_eager_detections": 90,
     "tests/bench/test_gpu_check.py::test_the_rehearsal_passes": 47,
     "tests/process/test_elastic.py::test_a_killed_rank": 45,
-    "tests/core/deploy/test_deploy.py": 12,
+    # first of the spread_export group: it pays the session's export (20 s) besides its own two
+    "tests/api/test_export_api.py::test_detector_and_api_exports": 57,
+    "tests/api/test_names_travel.py::test_an_exported_file": 14,
+    "tests/core/deploy/test_deploy.py": 1.5,
+    "tests/core/deploy/test_onnx_raw_weights.py": 3,
     "tests/commands/test_data_runs.py": 25,
     "tests/process/test_distributed.py": 15,
     "tests/bench/test_scripts.py::test_bench_script_runs_to_its_figures[bench_prefetch]": 22,
@@ -58,7 +62,7 @@ KNOWN = {
     "tests/bench/test_scripts.py::test_bench_script_runs_to_its_figures[bench_threads]": 20,
     "tests/commands/test_train.py::test_two_gloo_processes": 18,
     "tests/core/models/test_models.py::test_test_path_returns": 20,
-    "tests/core/deploy/test_onnx_export.py": 6,
+    "tests/core/deploy/test_onnx_export.py": 0.7,
 }
 SLOW, FAST = 5.0, 0.3
 
