@@ -50,9 +50,9 @@ KNOWN = {
     "tests/commands/test_benchmark.py::test_compile_gives_eager_detections": 90,
     "tests/bench/test_gpu_check.py::test_the_rehearsal_passes": 47,
     "tests/process/test_elastic.py::test_a_killed_rank": 45,
-    # first of the spread_export group: it pays the session's export (20 s) besides its own two
-    "tests/api/test_export_api.py::test_detector_and_api_exports": 57,
-    "tests/api/test_names_travel.py::test_an_exported_file": 14,
+    # first of the spread_export group: it pays the session's export (16 s) besides its own two
+    "tests/api/test_export_api.py::test_detector_and_api_exports": 48,
+    "tests/api/test_names_travel.py::test_an_exported_file": 11,
     "tests/core/deploy/test_deploy.py": 1.5,
     "tests/core/deploy/test_onnx_raw_weights.py": 3,
     "tests/commands/test_data_runs.py": 25,
