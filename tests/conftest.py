@@ -55,7 +55,11 @@ KNOWN = {
     "tests/commands/test_benchmark.py::test_compile_gives_eager_detections": 90,
     "tests/bench/test_gpu_check.py::test_the_rehearsal_passes": 47,
     "tests/process/test_elastic.py::test_a_killed_rank": 45,
-    "tests/core/deploy/test_deploy.py": 12,
+    # first of the spread_export group: it pays the session's export (16 s) besides its own two
+    "tests/api/test_export_api.py::test_detector_and_api_exports": 48,
+    "tests/api/test_names_travel.py::test_an_exported_file": 11,
+    "tests/core/deploy/test_deploy.py": 1.5,
+    "tests/core/deploy/test_onnx_raw_weights.py": 3,
     "tests/commands/test_data_runs.py": 3,
     "tests/commands/test_data_runs.py::test_a_run_is_tested_on_another_export": 8,
     "tests/process/test_distributed.py": 15,
@@ -64,7 +68,7 @@ KNOWN = {
     "tests/bench/test_scripts.py::test_bench_script_runs_to_its_figures[bench_threads]": 16,
     "tests/commands/test_train.py::test_two_gloo_processes": 18,
     "tests/core/models/test_models.py::test_test_path_returns": 4,
-    "tests/core/deploy/test_onnx_export.py": 6,
+    "tests/core/deploy/test_onnx_export.py": 0.7,
 }
 SLOW, FAST = 5.0, 0.3
 
@@ -78,9 +82,24 @@ def pytest_xdist_auto_num_workers(config) -> int:
     return max(2, min(8, len(os.sched_getaffinity(0))))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    """Tell each worker how the controller deals: a worker parses the command line again, where
+    `-n N` names no --dist, so it would not know of the loadgroup chosen below."""
+    node.workerinput["dist"] = node.config.option.dist
+
+
 def pytest_configure(config) -> None:
     """`-n N` without a `--dist` of the caller's deals by loadgroup (xdist's own default, load,
-    would split the groups below). Runs after xdist's pytest_cmdline_main chose load for -n."""
+    would split the groups below). Runs after xdist's pytest_cmdline_main chose load for -n.
+
+    A worker collects, so it is the worker that must order the tests (`costliest_first`) and
+    name their groups in their ids (xdist does so where `config.option.loadgroup`, which it sets
+    from the worker's own command line: false under a bare `-n`, which split every group)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        config.option.loadgroup = workerinput.get("dist") == "loadgroup"
+        return
     args = config.invocation_params.args
     asked = any(arg == "--dist" or arg.startswith("--dist=") for arg in args)
     if getattr(config.option, "dist", "no") == "load" and not asked:
@@ -107,7 +126,7 @@ def pytest_collection_modifyitems(config, items):
         group = worker_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    if getattr(config.option, "dist", "no") != "no":
+    if getattr(config.option, "loadgroup", False):  # a worker's collection, dealt by group
         items[:] = costliest_first(items)
 
 
