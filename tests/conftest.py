@@ -38,6 +38,11 @@ if WORKERS > 1:
 # Session fixtures too costly to build once per worker: every test that uses one runs on the
 # worker that built it (and the SLURM tests keep one cluster, as in a serial run).
 SHARED = ("slurm", "spread_export")
+# Tests that run best one after the other on one worker: inductor pays its first compile's
+# one-time costs (the CPU's vector instructions probed into its cache folder, a precompiled
+# header in /tmp/torchinductor_$USER: about 30 s of CPU) once when the two do not run at once.
+TOGETHER = {"inductor": ("tests/core/nnet/test_compiled.py::test_compiling_the_tiny_step",
+                         "tests/commands/test_benchmark.py::test_compile_gives_eager_detections")}
 
 
 # Seconds of the tests that take longest, as one worker of `-n auto` on 2 cores ran them (issue
@@ -53,7 +58,7 @@ KNOWN = {
     "tests/process/test_slurm.py": 15,
     "tests/core/nnet/test_compiled.py::test_compiling_the_tiny_step": 110,
     "tests/commands/test_benchmark.py::test_compile_gives_eager_detections": 90,
-    "tests/bench/test_gpu_check.py::test_the_rehearsal_passes": 47,
+    "tests/bench/test_gpu_check.py::test_the_rehearsal_passes": 55,
     "tests/process/test_elastic.py::test_a_killed_rank": 45,
     # first of the spread_export group: it pays the session's export (16 s) besides its own two
     "tests/api/test_export_api.py::test_detector_and_api_exports": 48,
@@ -150,6 +155,9 @@ def costliest_first(items: list) -> list:
 
 
 def worker_group(item) -> str | None:
+    for group, prefixes in TOGETHER.items():
+        if item.nodeid.startswith(prefixes):
+            return group
     names = getattr(item, "fixturenames", ())
     shared = [name for name in SHARED if name in names]
     if shared:
