@@ -115,7 +115,10 @@ def _supervise(processes: list, reports: Any, first_rank: int) -> int:
         # The sentinels of those still running only: an ended process's is ready for good,
         # and waiting on it spun this loop on a CPU the last ranks were finishing on.
         running = [proc.sentinel for proc in processes if proc.exitcode is None]
-        if running:
+        # A rank that failed since the last pass no longer has its sentinel in `running`:
+        # no wait then, or its failure would be seen only at the timeout.
+        ended_badly = any(p.exitcode not in (None, 0, *STOP_CODES) for p in processes)
+        if running and not ended_badly:
             multiprocessing.connection.wait(running + [reports._reader], timeout=1.0)
         _drain(reports, received)
         failed = [p for p in processes if p.exitcode not in (None, 0, *STOP_CODES)]

@@ -19,11 +19,12 @@ quantize.py, calibrated on --calib-images training images) when missing. Every r
   README.md section 6) or a reduced one (bf16, default, int8) has AP within 0.01 of torch
   fp32's; "failed: why" otherwise; "not available: why" when its package, file, compiler or GPU
   is missing. A failing row is a row: the others still run.
-- AP, AP50: the COCO metrics on the first --images validation images (default all), as test;
+- AP, AP50: the COCO metrics on the first --images validation images (default all), as the
+  test command computes them;
 - ms: median ms per image over --reps runs (after a warm-up) of the first validation image as
-  test feeds it, repeated --batch times: on a CPU at each --threads count (default 1 and all
-  cores; columns "1", "2", and "1/b8" for batch 8), on a GPU at each batch (columns "b1", "b8",
-  the GPU synchronised before and after each run);
+  the test command feeds it, repeated --batch times: on a CPU at each --threads count (default 1
+  and all cores; columns "1", "2", and "1/b8" for batch 8), on a GPU at each batch (columns "b1",
+  "b8", the GPU synchronised before and after each run);
 - size_mb: the file the runtime reads (the evaluated weights for torch).
 
 The CPU model and its instruction sets come first, then the device. --json writes the rows;

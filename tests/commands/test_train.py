@@ -7,6 +7,7 @@ in this process (`run_train(..., inproc=True)`): same arguments, same output, sa
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -188,6 +189,7 @@ def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # no thread pool in the process that forks
     proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)], cwd=REPO, env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    writer = None
     try:
         for delay in (0.3, 0.45, 0.6, 0.8):
             proc.stdin.write("write\n")
@@ -196,11 +198,15 @@ def test_kill_during_snapshot_write_never_leaves_a_torn_snapshot(tmp_path):
             time.sleep(delay)
             os.kill(writer, signal.SIGKILL)
             assert proc.stdout.readline().strip() == "gone"
+            writer = None  # reaped by its parent
             state = load(path)
             assert torch.equal(state["model"]["w7"], torch.full((256, 1024), 7.0))
     finally:
         proc.kill()
-        proc.communicate()
+        if writer is not None:  # a writer still alive would hold the pipe communicate reads
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(writer, signal.SIGKILL)
+        proc.communicate(timeout=30)
     assert [p.name for p in tmp_path.iterdir()] == ["snap.pkl"] or all(
         p.name.startswith(".") for p in tmp_path.iterdir() if p.name != "snap.pkl")
 

@@ -135,9 +135,13 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     # launcher runs in this process, its rank is a spawned one (its output read with capfd).
     t0 = time.monotonic()
     capfd.readouterr()
+    before = children(os.getpid())
     result = run_train(config_dir, "--distributed", "--world-size", "2", "--rank", str(present),
                        "--dist-url", url, env={"CORNERNET_RENDEZVOUS_S": "6"}, inproc=True)
     rank = capfd.readouterr()
+    # what the node started, less multiprocessing's own helpers, which live with this process
+    started = {pid for pid in children(os.getpid()) - before
+               if not any(kind in cmdline(pid) for kind in ("resource_tracker", "forkserver"))}
     waited = time.monotonic() - t0
     output = result.stdout + result.stderr + rank.out + rank.err
     absent = 1 - present
@@ -149,6 +153,7 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     expected = (f"node 1 of 2 did not join {url} within 6 s" if present == 0 else
                 f"nobody answers at {url} after 6 s")
     assert expected in first_error(output) and "CORNERNET_RENDEZVOUS_S" in first_error(output)
+    assert not wait_gone(started, 10)  # the node leaves no process of its own behind
 
 
 @pytest.mark.parametrize("present", [0, 1])
