@@ -157,6 +157,13 @@ def alive(pids: set[int]) -> set[int]:
     return out
 
 
+def of_the_run(pids: set[int]) -> set[int]:
+    """`pids` less multiprocessing's own helpers (a fork server, the resource tracker), which
+    live as long as the process that started them."""
+    return {pid for pid in pids
+            if not any(kind in cmdline(pid) for kind in ("forkserver", "resource_tracker"))}
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -174,21 +181,28 @@ class Training:
                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         self.lines: list[str] = []
         self.seen: set[int] = set()
+        self._scanned, self._eof = 0.0, False
+
+    def _pump(self) -> bytes:
+        """One pass of waiting on the run: its descendants added to `seen` (a walk of /proc costs
+        milliseconds of CPU on a busy machine: five a second see every process the run keeps),
+        then up to 50 ms for output; what was read (b"" for nothing)."""
+        if time.monotonic() - self._scanned > 0.2:
+            self.seen |= children(self.proc.pid)
+            self._scanned = time.monotonic()
+        fd = self.proc.stdout.fileno()
+        ready, _, _ = select.select([] if self._eof else [fd], [], [], 0.05)
+        chunk = os.read(fd, 1 << 16) if ready else b""
+        self._eof = self._eof or (bool(ready) and not chunk)  # end of file: only the exit is left
+        return chunk
 
     def wait_for(self, pattern: str, timeout: float = 120) -> str:
         """Read output until a line matches; remembers every descendant seen meanwhile."""
         deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        buffer, scanned = "", 0.0
+        buffer = ""
         while time.monotonic() < deadline:
-            # A scan reads every process's /proc entry (milliseconds of CPU on a busy machine):
-            # five a second, and once more at the match, see every process the run keeps.
-            if time.monotonic() - scanned > 0.2:
-                self.seen |= children(self.proc.pid)
-                scanned = time.monotonic()
-            ready, _, _ = select.select([fd], [], [], 0.05)
-            chunk = os.read(fd, 1 << 16).decode(errors="replace") if ready else ""
-            buffer += chunk
+            chunk = self._pump()
+            buffer += chunk.decode(errors="replace")
             *done, buffer = buffer.split("\n")
             for line in done:
                 self.lines.append(line)
@@ -211,17 +225,10 @@ class Training:
         was started" is observed, not assumed); returns (exit code, seconds waited, the whole
         output). A run still going after `timeout` seconds raises subprocess.TimeoutExpired."""
         t0 = time.monotonic()
-        fd = self.proc.stdout.fileno()
-        chunks, scanned, ended = [], 0.0, False
+        chunks = []
         while True:
-            if time.monotonic() - scanned > 0.2:
-                self.seen |= children(self.proc.pid)
-                scanned = time.monotonic()
-            ready, _, _ = select.select([] if ended else [fd], [], [], 0.05)
-            chunk = os.read(fd, 1 << 16) if ready else b""
-            ended = ended or (bool(ready) and not chunk)  # end of file: only the exit is left
-            chunks.append(chunk)
-            if not chunk and self.proc.poll() is not None:
+            chunks.append(self._pump())
+            if not chunks[-1] and self.proc.poll() is not None:
                 break
             if time.monotonic() - t0 > timeout:
                 raise subprocess.TimeoutExpired(self.proc.args, timeout)

@@ -19,10 +19,10 @@ from _train_helpers import (
     Training,
     alive,
     children,
-    cmdline,
     copy_snapshot,
     losses,
     node_cmd,
+    of_the_run,
     parent,
     run_spawned,
     run_train,
@@ -201,9 +201,7 @@ def _wait_for_ranks(run: Training, count: int, timeout: float = 60) -> list[int]
     """The training processes (children of train.py that are not its fork server)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        ranks = [pid for pid in children(run.proc.pid)
-                 if parent(pid) == run.proc.pid and "forkserver" not in cmdline(pid)
-                 and "resource_tracker" not in cmdline(pid)]
+        ranks = [pid for pid in of_the_run(children(run.proc.pid)) if parent(pid) == run.proc.pid]
         if len(ranks) >= count:
             return sorted(ranks)
         time.sleep(0.1)

@@ -29,6 +29,7 @@ from tests._train_helpers import (
     children,
     cmdline,
     node_cmd,
+    of_the_run,
     parent,
     run_train,
     torchrun_cmd,
@@ -139,9 +140,7 @@ def test_a_lonely_node_says_what_it_waits_for_and_gives_up_in_its_own_words(
     result = run_train(config_dir, "--distributed", "--world-size", "2", "--rank", str(present),
                        "--dist-url", url, env={"CORNERNET_RENDEZVOUS_S": "6"}, inproc=True)
     rank = capfd.readouterr()
-    # what the node started, less multiprocessing's own helpers, which live with this process
-    started = {pid for pid in children(os.getpid()) - before
-               if not any(kind in cmdline(pid) for kind in ("resource_tracker", "forkserver"))}
+    started = of_the_run(children(os.getpid()) - before)  # what the node started
     waited = time.monotonic() - t0
     output = result.stdout + result.stderr + rank.out + rank.err
     absent = 1 - present
