@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -174,39 +176,83 @@ def test_unreadable_image_in_a_one_image_batch_is_replaced_from_the_stream(tmp_p
     assert skipped == [str(broken)]
 
 
-@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc (Linux)")
-def test_the_workers_and_their_fork_server_leave_torch_out(tmp_path, coco128):
-    """The fork server imports the data code and not torch (0.35 s of CPU against 2.0 s, once per
-    training process), and so do the workers forked from it: the real dataset and sampler fill
-    the shared ring, which the trainer reads as tensors holding what the sampler drew."""
-    import torch
+# Run in a fresh process: a process has one fork server, started by its first Prefetcher with
+# the modules of that one's dataset (a test module or bench script that imports torch would
+# have put torch in this process's).
+FRESH_PREFETCHER = """
+import sys
+from pathlib import Path
 
-    from core.config import check_db_config
+def main(coco128, cache):  # its imports here, as train.py's: the fork server preloads the top's
+    import functools
+    from core.config import SystemConfig, check_db_config
+    from core.data.chunks import deal
+    from core.data.prefetch import Prefetcher
     from core.dbs import datasets
     from core.sample import sampler
-
     db_config = check_db_config({
         "input_size": [128, 128], "output_sizes": [[32, 32]], "max_objects": 32,
         "image_dirs": {"train": str(coco128 / "images")},
         "annotation_files": {"train": str(coco128 / "annotations" /
                                           "instances_coco128_train.json")}})
-    system = config(2, cache_dir=str(tmp_path / "cache"))
+    system = SystemConfig().update_config({"batch_size": 2, "cache_dir": cache})
     make_db = functools.partial(datasets["COCO"], db_config, split="train", sys_config=system)
-    share = deal(2, None, 0, 1)
-    with Prefetcher(make_db, sampler("cornernet"), sampler("cornernet")(make_db(), 0, 2)[0],
-                    share=share, workers=1, data_aug=True, stream="train", seed=7,
-                    prefetch_size=4) as data:
+    sample = sampler("cornernet")
+    with Prefetcher(make_db, sample, sample(make_db(), 0, 2)[0], share=deal(2, None, 0, 1),
+                    workers=1, data_aug=True, stream="train", seed=7, prefetch_size=4) as data:
         batch, _ = data.get()
         worker = data.procs[0].pid
         server = int(Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        mapped = {pid: Path(f"/proc/{pid}/maps").read_text() for pid in (worker, server)}
-    assert "forkserver" in Path(f"/proc/{server}/cmdline").read_text()
-    for pid, maps in mapped.items():
-        assert "libtorch" not in maps, f"process {pid} loaded torch"
-    assert "libtorch" in Path("/proc/self/maps").read_text()  # what the check looks for
-    # the batch the worker built is the one the stream draws (a uint8 image, not zeros)
-    assert isinstance(batch["image"], torch.Tensor) and batch["image"].dtype == torch.uint8
-    assert batch["image"].shape == (2, 128, 128, 3) and int(batch["image"].max()) > 0
+        for pid in (worker, server):
+            maps = Path(f"/proc/{pid}/maps").read_text()
+            command = Path(f"/proc/{pid}/cmdline").read_text().replace(chr(0), " ")
+            print(pid, command[:120], "torch" if "libtorch" in maps else "no torch")
+    print("trainer", "torch" if "libtorch" in Path("/proc/self/maps").read_text() else "no torch")
+    print("image", batch["image"].dtype, tuple(batch["image"].shape), int(batch["image"].max()))
+
+main(Path(sys.argv[1]), sys.argv[2])
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc (Linux)")
+def test_the_workers_and_their_fork_server_leave_torch_out(tmp_path, coco128):
+    """The fork server imports the data code and not torch (0.35 s of CPU against 2.0 s, once per
+    training process), and so do the workers forked from it: the real dataset and sampler fill
+    the shared ring, which the trainer reads as tensors holding what the sampler drew."""
+    from _train_helpers import REPO
+
+    done = subprocess.run([sys.executable, "-c", FRESH_PREFETCHER, str(coco128),
+                           str(tmp_path / "cache")], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    worker, server, trainer, image = done.stdout.splitlines()
+    assert worker.endswith("no torch") and server.endswith("no torch"), done.stdout
+    assert "multiprocessing.forkserver" in server
+    assert trainer == "trainer torch"  # what the check looks for is there where torch is
+    # the batch the worker built reaches the trainer as a tensor (a uint8 image, not zeros)
+    assert image.startswith("image torch.uint8 (2, 128, 128, 3) "), image
+    assert int(image.split()[-1]) > 0, image
+
+
+def test_the_fork_server_imports_the_modules_of_the_dataset_the_sampler_and_the_script():
+    """A dataset, or a script, of the user's whose module imports torch is imported once, by
+    the fork server, not once per worker (each worker runs the script's top level again): the
+    modules of the worker's code and those the script holds, less __main__ and builtins."""
+    from core.data import prefetch
+    from core.dbs import datasets
+    from core.sample import sampler
+
+    make_db = functools.partial(functools.partial(datasets["COCO"], {}), split="train")
+    assert prefetch.defining_modules(make_db, sampler("cornernet"), FakeDB, fake_sample) == [
+        "core.dbs.coco", "core.sample.cornernet", "_fake_data"]
+
+    def here():
+        pass
+
+    here.__module__ = "__main__"
+    script = {"np": np, "Path": Path, "here": here, "len": len, "__builtins__": __builtins__,
+              "functools": functools}
+    assert prefetch.defining_modules(*script.values()) == ["numpy", "pathlib", "functools"]
 
 
 @pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
