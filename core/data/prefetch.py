@@ -29,11 +29,13 @@ import os
 import queue
 import signal
 import sys
+import sysconfig
 import threading
 import time
 import traceback
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +47,7 @@ from .chunks import Deal
 from .ring import SharedArrays, ring_slots
 from .worker import POLL_S, arrays_of, build_batches
 
+OWN_PACKAGES = ("core", "cornernet")
 STALL_S = 600.0  # a live worker that delivers nothing for this long is treated as hung
 
 
@@ -61,40 +64,67 @@ def _context(*code: Any) -> mp.context.BaseContext:
 
     - the data code, which does not import torch: the fork server starts in 0.35 s of CPU
       where it took 2.0 s with torch, once per training process (and per rank);
-    - the modules that define `code` (the dataset and the sampling function a worker runs) and
-      the modules the caller's script holds at its top level (each worker runs that script's
-      top level again, as every process started by spawn or a fork server does): imported
-      once, by the fork server, so that a dataset or a script of the user's that imports torch
-      does not make every worker import it. train.py holds only light modules.
+    - the modules that define `code` (the dataset and the sampling function a worker runs),
+      which each worker would import anyway;
+    - the installed packages (torch, numpy, ...) that the caller's script holds at its top
+      level: each worker runs that top level again, as every process started by spawn or a
+      fork server does, and would otherwise import torch itself where the script does. The
+      script's own modules are left to the workers: one that reads sys.argv when imported
+      would see the fork server's. train.py holds none of torch.
 
     A plain fork copies the trainer's locks in whatever state its threads (OpenMP, OpenCV,
     the pin threads) hold them, and a worker can then hang for ever on its first call; a
-    spawned worker spends seconds importing torch before its first batch.
+    spawned worker would run the script's top level with none of this imported.
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     main = sys.modules.get("__main__")
     ctx.set_forkserver_preload(["core.data.worker", "core.sample", "core.dbs", "cv2",
-                                *defining_modules(*code, *vars(main).values() if main else ())])
+                                *defining_modules(*code),
+                                *script_modules(*vars(main).values() if main else ())])
     return ctx
 
 
 def defining_modules(*code: Any) -> list[str]:
-    """The modules of `code`: a module's own name, else the module that defines it (a
-    function, a class, an instance of one, or a functools.partial of these); the caller's
-    __main__ and what Python defines itself are left out."""
+    """The modules that define each of `code` (a function, a class, an instance of one, or a
+    functools.partial of these); the caller's __main__ and builtins are left out."""
     names = []
     for item in code:
         while isinstance(item, functools.partial):
             item = item.func
-        if isinstance(item, types.ModuleType):
-            module = item.__name__
-        else:
-            module = getattr(item, "__module__", None) or type(item).__module__
+        module = getattr(item, "__module__", None) or type(item).__module__
         if isinstance(module, str) and not module.startswith("__") and module != "builtins" \
                 and module not in names:
             names.append(module)
+    return names
+
+
+def script_modules(*values: Any) -> list[str]:
+    """What a script's globals `values` hold (modules, and the functions and classes imported
+    from them) that is safe to import in the fork server: this project's modules, and the
+    top-level packages installed with Python (site-packages, the standard library); not the
+    script's own modules."""
+    places = {sysconfig.get_paths()[key] for key in ("purelib", "platlib", "stdlib",
+                                                      "platstdlib")}
+    names = []
+    for value in values:
+        if isinstance(value, types.ModuleType):
+            name = value.__name__
+        elif isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)):
+            name = value.__module__
+        else:
+            continue
+        top = name.partition(".")[0] if isinstance(name, str) else "__"
+        if top in OWN_PACKAGES:
+            chosen = name
+        else:
+            where = getattr(sys.modules.get(top), "__file__", None)
+            installed = where is not None and any(Path(where).is_relative_to(place)
+                                                  for place in places)
+            chosen = top if installed and not top.startswith("__") else None
+        if chosen and chosen not in names:
+            names.append(chosen)
     return names
 
 
@@ -125,6 +155,7 @@ class Prefetcher:
         per_worker = ring_slots(prefetch_size, workers, stream)
         shared = SharedArrays({key: ((workers * per_worker, *value.shape), value.dtype)
                                for key, value in arrays_of(probe).items()})
+        self._shared = shared  # the memory lives as long as this Prefetcher, not only its views
         self._ring = {key: torch.from_numpy(view) for key, view in shared.arrays().items()}
         ctx = _context(make_db, sample)
         self._stop = ctx.Event()

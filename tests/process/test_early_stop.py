@@ -50,9 +50,9 @@ def test_a_resume_signal_during_start_up_stops_after_the_first_iteration(long_ru
     """0.2 s is inside the interpreter's own start-up on a loaded machine (0.4 s at load 7 on
     2 cores), where no Python code can catch anything yet; the signal is then sent as soon as
     a fresh interpreter reaches the catch here, measured just before. 1.0 s falls in the
-    imports; the line "training images:" says the data and the model are open and the
-    prefetch workers start (a fixed 3 s did, until the workers stopped importing torch: then
-    an idle machine had trained 11 iterations by then)."""
+    imports; the line "training images:" comes while the data and the model are being set up,
+    before the first batch (a fixed 3 s did, until the workers stopped importing torch: then an
+    idle machine had trained 11 iterations by then)."""
     root, config_dir = long_run
     wait = max(when, 1.5 * interpreter_start()) if isinstance(when, float) else 0.0
     run = Training(config_dir, *ONE_WORKER)

@@ -206,7 +206,7 @@ def main(coco128, cache):  # its imports here, as train.py's: the fork server pr
         for pid in (worker, server):
             maps = Path(f"/proc/{pid}/maps").read_text()
             command = Path(f"/proc/{pid}/cmdline").read_text().replace(chr(0), " ")
-            print(pid, command[:120], "torch" if "libtorch" in maps else "no torch")
+            print(pid, command, "torch" if "libtorch" in maps else "no torch")
     print("trainer", "torch" if "libtorch" in Path("/proc/self/maps").read_text() else "no torch")
     print("image", batch["image"].dtype, tuple(batch["image"].shape), int(batch["image"].max()))
 
@@ -214,6 +214,7 @@ main(Path(sys.argv[1]), sys.argv[2])
 """
 
 
+@pytest.mark.slow  # a fresh process that imports torch
 @pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc (Linux)")
 def test_the_workers_and_their_fork_server_leave_torch_out(tmp_path, coco128):
     """The fork server imports the data code and not torch (0.35 s of CPU against 2.0 s, once per
@@ -235,14 +236,21 @@ def test_the_workers_and_their_fork_server_leave_torch_out(tmp_path, coco128):
 
 
 def test_the_fork_server_imports_the_modules_of_the_dataset_the_sampler_and_the_script():
-    """A dataset, or a script, of the user's whose module imports torch is imported once, by
-    the fork server, not once per worker (each worker runs the script's top level again): the
-    modules of the worker's code and those the script holds, less __main__ and builtins."""
+    """A dataset, or a script, whose module imports torch makes the fork server import it once,
+    not every worker: the modules that define the worker's code (less __main__ and builtins),
+    and the installed packages the script holds at its top level (each worker runs it again),
+    not the script's own modules (one that reads sys.argv when imported would see the fork
+    server's)."""
+    import json
+
+    import torch
+
+    import core.engine.stop
     from core.data import prefetch
     from core.dbs import datasets
     from core.sample import sampler
 
-    make_db = functools.partial(functools.partial(datasets["COCO"], {}), split="train")
+    make_db = functools.partial(datasets["COCO"], {}, split="train")
     assert prefetch.defining_modules(make_db, sampler("cornernet"), FakeDB, fake_sample) == [
         "core.dbs.coco", "core.sample.cornernet", "_fake_data"]
 
@@ -250,9 +258,11 @@ def test_the_fork_server_imports_the_modules_of_the_dataset_the_sampler_and_the_
         pass
 
     here.__module__ = "__main__"
-    script = {"np": np, "Path": Path, "here": here, "len": len, "__builtins__": __builtins__,
-              "functools": functools}
-    assert prefetch.defining_modules(*script.values()) == ["numpy", "pathlib", "functools"]
+    assert prefetch.defining_modules(here, len) == []
+    script = {"np": np, "torch_nn": torch.nn, "json": json, "sys": sys, "stop": core.engine.stop,
+              "here": here, "Path": Path, "deal": deal, "fake": FakeDB, "number": 3}
+    assert prefetch.script_modules(*script.values()) == [
+        "numpy", "torch", "json", "core.engine.stop", "pathlib", "core.data.chunks"]
 
 
 @pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
