@@ -66,11 +66,12 @@ def _context(*code: Any) -> mp.context.BaseContext:
       where it took 2.0 s with torch, once per training process (and per rank);
     - the modules that define `code` (the dataset and the sampling function a worker runs),
       which each worker would import anyway;
-    - the installed packages (torch, numpy, ...) that the caller's script holds at its top
-      level: each worker runs that top level again, as every process started by spawn or a
-      fork server does, and would otherwise import torch itself where the script does. The
-      script's own modules are left to the workers: one that reads sys.argv when imported
-      would see the fork server's. train.py holds none of torch.
+    - the installed packages (torch, numpy, ...) and this project's modules that the caller's
+      script holds at its top level (`script_modules`): each worker runs that top level again,
+      as every process started by spawn or a fork server does, and would otherwise import
+      torch itself where the script does. The script's own modules are left to the workers:
+      one that reads sys.argv when imported would see the fork server's. train.py holds none
+      of torch.
 
     A plain fork copies the trainer's locks in whatever state its threads (OpenMP, OpenCV,
     the pin threads) hold them, and a worker can then hang for ever on its first call; a
