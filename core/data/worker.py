@@ -10,10 +10,8 @@ training process (and in each of its ranks). The ring is numpy arrays over share
 from __future__ import annotations
 
 import multiprocessing as mp
-import os
 import queue
 import signal
-import sys
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,20 +20,13 @@ import numpy as np
 
 from ..utils.images import collect_decoder_warnings, take_decoder_warnings
 from ..utils.procs import is_alive
+from ..utils.threads import one_thread
 from .chunks import Deal
 from .ring import SharedArrays
 from .stream import batch_rng, stream_indices
 
 POLL_S = 0.2
 SPARE = 64  # stand-in images a chunk may draw on when some of its own cannot be read
-
-
-def one_thread() -> None:
-    """A worker computes on one core (core/utils/threads.py): OpenMP is told before anything
-    starts it, and torch, where the dataset's own code imported it, is set to one thread."""
-    os.environ["OMP_NUM_THREADS"] = "1"
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(1)
 
 
 def arrays_of(batch: dict) -> dict[str, np.ndarray]:
@@ -67,7 +58,7 @@ def build_batches(make_db: Callable[[], Any], sample: Callable, seed: int, share
         import cv2
 
         cv2.setNumThreads(1)
-        one_thread()
+        one_thread()  # a worker computes on one core
         collect_decoder_warnings()  # the trainer says them, once per run
         db = make_db()
         recorder = _PathRecorder(db)

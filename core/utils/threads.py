@@ -20,6 +20,7 @@ This module imports torch only where it sets torch's count, so that `before_torc
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
@@ -141,6 +142,14 @@ def set_torch_threads(threads: int) -> None:
     if not _torch_own:
         _torch_own.append(torch.get_num_threads())
     torch.set_num_threads(threads)
+
+
+def one_thread() -> None:
+    """One thread for a process that must not import torch for it (a prefetch worker): OpenMP is
+    told before anything starts it, and torch, where other code already imported it, is set."""
+    os.environ[NUM_THREADS] = "1"
+    if "torch" in sys.modules:
+        set_torch_threads(1)
 
 
 def torch_own_threads() -> int | None:

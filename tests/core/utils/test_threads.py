@@ -236,3 +236,20 @@ def test_threads_that_are_no_whole_number_are_one_line_before_torch():
             choose_threads(value)
         assert str(caught.value) == (f"threads (--threads) {value!r}: expected a whole number "
                                      f"of at least 1, got {kind}")
+
+
+def test_one_thread_tells_openmp_and_sets_torch_where_it_is_imported(monkeypatch):
+    """What a prefetch worker runs first: torch is already imported here, so its count goes
+    to 1 too (and through set_torch_threads, which remembers torch's own)."""
+    from core.utils import threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    monkeypatch.setattr(threads, "_torch_own", [])  # this test's own record of torch's count
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        threads.one_thread()
+        assert os.environ["OMP_NUM_THREADS"] == "1" and torch.get_num_threads() == 1
+        assert threads.torch_own_threads() == 2
+    finally:
+        torch.set_num_threads(before)
