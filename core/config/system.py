@@ -82,6 +82,10 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     "snapshot_minutes": (None, _NUMBER, True),
     # train_batch0.jpg in the snapshot folder at the start of a run (tools/check_data.py draws it)
     "batch_pictures": (True, (bool,), False),
+    # the run report at the end of a run (core/engine/curves.py: metrics.png and the last
+    # evaluation's pictures in the snapshot folder); false: metrics.jsonl alone, for sweeps of
+    # many short runs, where drawing costs a second of CPU per run
+    "run_report": (True, (bool,), False),
     # stopping rules (core/engine/limits.py): evaluations without a better AP; wall-clock minutes
     "patience": (None, (int,), True),
     "max_minutes": (None, _NUMBER, True),

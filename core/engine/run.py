@@ -157,7 +157,7 @@ class Run:
             self.system_config.full, db_config, folder, self.start, self.log, enabled=mine),
             tensorboard="tensorboard" in wanted(self.system_config.full))
         stack.callback(metrics.close)
-        if mine:
+        if mine and self.system_config.run_report:
             stack.callback(lambda: metrics.artifacts(
                 write_run_report(folder, self.evaluate.last_results, self.log)))
         return metrics

@@ -77,7 +77,7 @@ def test_mlflow_and_wandb_get_every_line_and_the_report(coco128, tmp_path, monke
     (tmp_path / "wandb").mkdir()
     uri = (tmp_path / "mlruns").as_uri()
     settings = {"eval_iter": 2, "eval_images": 2, "val_iter": 0, "batch_pictures": False,
-                "trackers": ["mlflow", "wandb"], "mlflow_uri": uri,
+                "run_report": True, "trackers": ["mlflow", "wandb"], "mlflow_uri": uri,
                 "mlflow_experiment": "tiny", "wandb_project": "tiny"}
     folder = write_config(tmp_path, coco128, db={"test_scales": [0.25], "num_dets": 100},
                           **settings)
@@ -128,7 +128,7 @@ def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_pat
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb raises ImportError
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # and no report pictures
     folder = write_config(tmp_path, coco128, max_iter=2, val_iter=0, batch_pictures=False,
-                          trackers=["mlflow", "wandb"],
+                          run_report=True, trackers=["mlflow", "wandb"],
                           mlflow_uri=f"http://127.0.0.1:{_closed_port()}")
     assert _run(folder) == 0
     out = capsys.readouterr().out
@@ -141,6 +141,22 @@ def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_pat
     assert [line for line in out.splitlines() if "needs matplotlib" in line] == [
         NO_MATPLOTLIB.format(plot="python tools/plot_metrics.py")]
     assert not (tmp_path / "cache" / "nnet" / "Tiny128" / "metrics.png").exists()
+
+
+@pytest.mark.slow  # two iterations in-process: 2 s
+def test_no_run_report_when_the_config_turns_it_off(coco128, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    folder = write_config(tmp_path, coco128, max_iter=2, val_iter=0, batch_pictures=False,
+                          eval_iter=2, eval_images=2,
+                          db={"test_scales": [0.25], "num_dets": 100}, run_report=False)
+    assert _run(folder) == 0
+    out = capsys.readouterr().out
+    run_folder = tmp_path / "cache" / "nnet" / "Tiny128"
+    assert "iteration 2: loss" in out and "run report" not in out
+    # the evaluation wrote its own pictures into its results folder; none reached the run's
+    assert list(tmp_path.glob("results/**/pr_curves.png"))
+    assert (run_folder / "metrics.jsonl").is_file()
+    assert not [name for name in REPORT if (run_folder / name).exists()]
 
 
 def test_trackers_by_config_or_environment():
