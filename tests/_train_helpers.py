@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path | None = None,
                  annotations: dict | None = None, db: dict | None = None, **system) -> Path:
     """A CornerNet_Tiny config on coco128 whose every path lies under `tmp`; returns its folder.
-    No run report (system.run_report): drawing it is a second of CPU per run, and the tests of
-    the report ask for it."""
+    No run report and no TensorBoard events (system.run_report, system.tensorboard): drawing
+    the one and importing the other cost a second of CPU per run; their tests ask for them."""
     images = images or coco128 / "images"
     annotations = annotations or {
         "train": str(coco128 / "annotations" / "instances_coco128_train.json"),
@@ -41,7 +41,8 @@ def write_config(tmp: Path, coco128: Path, name: str = "Tiny128", images: Path |
             "learning_rate": 0.0005, "display": 1, "val_iter": 2, "snapshot": 2,
             "max_iter": 4, "stepsize": 3, "prefetch_size": 2,
             "cache_dir": str(tmp / "cache"), "result_dir": str(tmp / "results"),
-            "data_dir": str(tmp / "data"), "run_report": False, **system,
+            "data_dir": str(tmp / "data"), "run_report": False,
+            "tensorboard": False, **system,
         },
         "db": {
             "categories": 80, "input_size": [128, 128], "output_sizes": [[32, 32]],

@@ -93,6 +93,9 @@ _SYSTEM_SCHEMA: dict[str, tuple[Any, tuple[type, ...], bool]] = {
     # whenever installed) asks to be told when it is not;
     # CORNERNET_TRACKERS=mlflow,wandb turns them on too
     "trackers": (None, (list,), True),
+    # TensorBoard's event files in the snapshot folder's tb/ (when installed); false: none,
+    # and its import (a fifth of a second) is not paid
+    "tensorboard": (True, (bool,), False),
     "mlflow_uri": (None, (str,), True),
     "mlflow_experiment": (None, (str,), True),
     "wandb_project": (None, (str,), True),

@@ -178,17 +178,17 @@ class Metrics:
 
 
 def open_metrics(folder: Path, start: int, bar: Any, log: Callable[[str], None],
-                 enabled: bool, trackers: list[Writer] = (), tensorboard: bool = False
-                 ) -> Metrics:
+                 enabled: bool, trackers: list[Writer] = (), tensorboard: bool = False,
+                 events: bool = True) -> Metrics:
     """The writers of a run whose files live in `folder` (rank 0: `enabled`; other ranks write
     nothing), and the experiment `trackers` (trackers.py) opened for it. TensorBoard's events
-    are written whenever it is installed; `tensorboard`: it was asked for, so that its absence
-    is said."""
+    are written whenever it is installed, unless `events` is false (system.tensorboard);
+    `tensorboard`: it was asked for, so that its absence is said."""
     if not enabled:
         return Metrics([])
     writers: list[Writer] = [JsonlWriter(folder / "metrics.jsonl", start, log), BarWriter(bar),
                              *trackers]
-    board = tensorboard_writer(folder / "tb", start, log, asked=tensorboard)
+    board = tensorboard_writer(folder / "tb", start, log, asked=tensorboard) if events else None
     if board is not None:
         writers.append(board)
     return Metrics(writers)

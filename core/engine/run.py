@@ -155,7 +155,8 @@ class Run:
         folder, mine = self.system_config.snapshot_dir, self.rank == 0
         metrics = open_metrics(folder, self.start, bar, self.log, mine, open_trackers(
             self.system_config.full, db_config, folder, self.start, self.log, enabled=mine),
-            tensorboard="tensorboard" in wanted(self.system_config.full))
+            tensorboard="tensorboard" in wanted(self.system_config.full),
+            events=self.system_config.tensorboard)
         stack.callback(metrics.close)
         if mine and self.system_config.run_report:
             stack.callback(lambda: metrics.artifacts(

@@ -63,7 +63,7 @@ def test_tensorboard_events_match_the_metrics_file(tmp_path, coco128):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     config_dir = write_config(tmp_path, coco128, max_iter=4, snapshot=4, val_iter=0,
-                              display=2)
+                              display=2, tensorboard=True)
     result = run_train(config_dir, inproc=True)
     assert result.returncode == 0, result.stdout + result.stderr
     events = EventAccumulator(str(metrics_file(tmp_path).parent / "tb"))

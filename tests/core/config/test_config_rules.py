@@ -31,6 +31,15 @@ def test_counts_that_divide_must_be_positive(key):
         SystemConfig().update_config({key: 0})
 
 
+def test_tensorboard_asked_for_and_turned_off_is_refused():
+    assert SystemConfig().update_config({"trackers": ["tensorboard"]}).tensorboard is True
+    assert SystemConfig().update_config({"tensorboard": False}).tensorboard is False
+    with pytest.raises(ConfigError) as caught:
+        SystemConfig().update_config({"trackers": ["tensorboard"], "tensorboard": False})
+    assert one_line(caught) == ('system config: system.trackers names "tensorboard" and '
+                                'system.tensorboard is false; drop one of the two')
+
+
 def test_a_refused_update_leaves_the_config_as_it_was():
     config = SystemConfig().update_config({"max_iter": 7})
     with pytest.raises(ConfigError):

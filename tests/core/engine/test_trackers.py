@@ -144,15 +144,18 @@ def test_a_missing_package_or_a_server_down_is_one_warning_each(coco128, tmp_pat
 
 
 @pytest.mark.slow  # two iterations in-process: 2 s
-def test_no_run_report_when_the_config_turns_it_off(coco128, tmp_path, capsys):
+def test_no_run_report_nor_events_when_the_config_turns_them_off(coco128, tmp_path, capsys):
     pytest.importorskip("matplotlib")
+    pytest.importorskip("tensorboard")
     folder = write_config(tmp_path, coco128, max_iter=2, val_iter=0, batch_pictures=False,
                           eval_iter=2, eval_images=2,
-                          db={"test_scales": [0.25], "num_dets": 100}, run_report=False)
+                          db={"test_scales": [0.25], "num_dets": 100}, run_report=False,
+                          tensorboard=False)
     assert _run(folder) == 0
     out = capsys.readouterr().out
     run_folder = tmp_path / "cache" / "nnet" / "Tiny128"
     assert "iteration 2: loss" in out and "run report" not in out
+    assert not (run_folder / "tb").exists()
     # the evaluation wrote its own pictures into its results folder; none reached the run's
     assert list(tmp_path.glob("results/**/pr_curves.png"))
     assert (run_folder / "metrics.jsonl").is_file()
