@@ -28,7 +28,8 @@ REFERENCE = reference_dir()
 
 # Two threads for a serial run; one per worker under pytest-xdist (a worker per core, and one).
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+THREADS = max(1, min(2, (os.cpu_count() or 1) // WORKERS))
+torch.set_num_threads(THREADS)
 # Under pytest-xdist every core has its worker: inductor's pool of compile processes (each
 # imports torch, a few CPU-seconds) would only contend with them. Compile in-process instead
 # (read when torch._inductor.config is first imported; the tests' subprocesses inherit it).
@@ -168,6 +169,17 @@ def worker_group(item) -> str | None:
         if defs and defs[-1].scope == "module":
             return item.path.stem
     return None
+
+
+@pytest.fixture(autouse=True)
+def _thread_budget():
+    """Each test starts with the suite's torch threads. `Detector` and the commands a test runs
+    in this process set torch's count to the usable CPUs, as they do in a user's program, and
+    the process keeps it: a worker of `-n auto` then ran the tests after it on two threads
+    beside the other worker, and OpenMP's threads, waiting for each other on two busy cores,
+    made a 2 s training test take 25-40 s (525 of the suite's tests started on two threads)."""
+    if torch.get_num_threads() != THREADS:
+        torch.set_num_threads(THREADS)
 
 
 @pytest.fixture(scope="session")
