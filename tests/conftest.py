@@ -176,8 +176,8 @@ def _thread_budget():
     """Each test starts with the suite's torch threads. `Detector` and the commands a test runs
     in this process set torch's count to the usable CPUs, as they do in a user's program, and
     the process keeps it: a worker of `-n auto` then ran the tests after it on two threads
-    beside the other worker, and OpenMP's threads, waiting for each other on two busy cores,
-    made a 2 s training test take 25-40 s (525 of the suite's tests started on two threads)."""
+    beside the other worker, more threads than the cores (525 of the suite's tests started
+    so; in-process training tests of 2-3 s took 25-40 s in some CI runs)."""
     if torch.get_num_threads() != THREADS:
         torch.set_num_threads(THREADS)
 
