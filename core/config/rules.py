@@ -71,6 +71,11 @@ def check_system_rules(configs: dict, where: str) -> None:
     _check_learning(configs, where)
     _check_data_and_names(configs, where)
     _check_step(configs, where)
+    _check_trackers(configs, where)
+
+
+def _check_trackers(configs: dict, where: str) -> None:
+    """TensorBoard asked for (system.trackers) cannot also be turned off (system.tensorboard)."""
     if not configs["tensorboard"] and "tensorboard" in (configs["trackers"] or []):
         raise ConfigError(f"{where}: system.trackers names \"tensorboard\" and "
                           f"system.tensorboard is false; drop one of the two")
