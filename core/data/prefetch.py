@@ -23,6 +23,7 @@ One `Prefetcher` serves one stream of batches (training or validation) for one r
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import multiprocessing as mp
 import os
@@ -159,7 +160,12 @@ class Prefetcher:
         self._shared = shared  # the memory lives as long as this Prefetcher, not only its views
         self._ring = {key: torch.from_numpy(view) for key, view in shared.arrays().items()}
         ctx = _context(make_db, sample)
-        self._stop = ctx.Event()
+        # The workers' stop flag is a byte of shared memory, not an Event: an Event's lock is
+        # shared with the workers, and a trainer killed while it held that lock (setting the
+        # flag in close(), as a rank does when a peer dies, just before its launcher kills it)
+        # left every worker blocked on it for good, its fork server and the launcher's
+        # resource tracker with them.
+        self._stop = ctx.RawValue(ctypes.c_bool, False)
         self._out = [ctx.Queue() for _ in range(workers)]
         self._free = [ctx.Queue() for _ in range(workers)]
         self._staged = [queue.Queue(maxsize=1) for _ in range(workers)]
@@ -260,7 +266,7 @@ class Prefetcher:
     def close(self, at_once: bool = False) -> None:
         """Stop the workers and threads; leaves no child process behind. `at_once` (the trainer
         is failing) kills the workers instead of letting them finish their batch."""
-        self._stop.set()
+        self._stop.value = True
         self._thread_stop.set()
         deadline = time.monotonic() + (0 if at_once else 5)
         for proc in self.procs:

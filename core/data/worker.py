@@ -49,9 +49,10 @@ class _PathRecorder:
 def build_batches(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal,
                   data_aug: bool, stream: str, worker: int, workers: int, start: int,
                   ring: SharedArrays, slots: list[int], out_queue: mp.Queue,
-                  free_queue: mp.Queue, stop: mp.Event, trainer: tuple[int, str]) -> None:
+                  free_queue: mp.Queue, stop: Any, trainer: tuple[int, str]) -> None:
     """Build the batches n >= start with n % workers == worker, in order, until told to stop
-    or until the trainer process `trainer` (see `process_identity`) is gone."""
+    (`stop.value`, a flag in shared memory) or until the trainer process `trainer` (see
+    `process_identity`) is gone."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the trainer decides what Ctrl-C means
     recorder = None
     try:
@@ -69,12 +70,12 @@ def build_batches(make_db: Callable[[], Any], sample: Callable, seed: int, share
         offsets = share.offsets
         free = list(slots)
         number = start + (worker - start) % workers  # the first n >= start with n % W == w
-        while not stop.is_set():
+        while not stop.value:
             while not free:
                 try:
                     free.append(free_queue.get(timeout=POLL_S))
                 except queue.Empty:
-                    if stop.is_set() or not is_alive(trainer):
+                    if stop.value or not is_alive(trainer):
                         out_queue.cancel_join_thread()  # nobody reads any more
                         return
             slot = free.pop()

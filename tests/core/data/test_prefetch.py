@@ -265,41 +265,65 @@ def test_the_fork_server_imports_the_modules_of_the_dataset_the_sampler_and_the_
         "numpy", "torch", "json", "core.engine.stop", "pathlib", "core.data.chunks"]
 
 
+# A trainer's end as the tests below stage it: killed (by the test) while it waits for its next
+# batch, or killed (by itself) inside close() the moment its main thread holds a lock of
+# multiprocessing's, as a rank is when its launcher kills it while it tears down after a peer's
+# death. If close() takes no such lock, the trainer is killed right after it.
+TRAINER_ENDS = {
+    "waiting": "time.sleep(600)\n",
+    "closing": (
+        "def die_holding_a_lock(frame, event, arg):\n"
+        "    if event == 'c_return' and type(getattr(arg, '__self__', None)).__name__ == \\\n"
+        "            'SemLock' and arg.__name__ in ('acquire', '__enter__'):\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "sys.setprofile(die_holding_a_lock)\n"
+        "data.close()\n"
+        "sys.setprofile(None)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"),
+}
+
+
 @pytest.mark.slow  # 5 s on 2 idle cores: the "not slow" loop keeps under 2 minutes
-def test_a_worker_exits_soon_after_its_trainer_dies():
+@pytest.mark.parametrize("end", TRAINER_ENDS)
+def test_the_workers_exit_soon_after_their_trainer_dies(end):
     """The worker's parent is the fork server, which outlives a killed trainer: the worker
-    must watch the trainer itself."""
+    must watch the trainer itself, and nothing it waits on may be a lock the trainer held when
+    it died (an Event's did: its workers, their fork server and the launcher's resource tracker
+    then lived for good)."""
     import subprocess
     import sys
 
     from _train_helpers import REPO, alive, children
 
     script = (
-        "import sys, time; sys.path.insert(0, 'tests')\n"
+        "import os, signal, sys, time; sys.path.insert(0, 'tests')\n"
         "from _fake_data import FakeDB, fake_sample\n"
         "from core.data.chunks import deal\n"
-        "from core.config import SystemConfig\n"
         "from core.data.prefetch import Prefetcher\n"
-        "system = SystemConfig().update_config({'batch_size': 2, 'prefetch_size': 4})\n"
         "probe, _ = fake_sample(FakeDB(), 0, 2)\n"
         "data = Prefetcher(FakeDB, fake_sample, probe, share=deal(2, None, 0, 1), workers=2,\n"
         "                  data_aug=True, stream='train', seed=0, prefetch_size=4)\n"
         "data.get()\n"
-        "print('ready', flush=True)\n"
-        "time.sleep(600)\n")
+        "print('ready', flush=True)\n" + TRAINER_ENDS[end])
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE,
-                            text=True)
+                            stderr=subprocess.DEVNULL, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         family = children(proc.pid)
         assert len(family) >= 3  # fork server and two workers at least
+        if end == "waiting":
+            proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
         proc.kill()
         proc.wait()
     deadline = time.monotonic() + 10
     while alive(family) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not alive(family), f"left behind: {sorted(alive(family))}"
+    left = alive(family)
+    for pid in left:  # never leave them to the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"left behind: {sorted(left)}"
 
 
 def test_process_identity_tells_a_live_process_from_a_gone_one():
