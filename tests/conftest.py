@@ -35,13 +35,19 @@ torch.set_num_threads(THREADS)
 # (read when torch._inductor.config is first imported; the tests' subprocesses inherit it).
 if WORKERS > 1:
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+# Inductor's CPU kernels in scalar C++, not vectorised (set TORCHINDUCTOR_VEC_ISA_OK=1 to test
+# those): the suite's two compiles (the tiny training step, benchmark's test path) took 145
+# s of CPU cold on 2 cores, 108 s so, most of it gcc. What they check is this project's compile
+# path, its graph and its numbers against eager's; compiling is on by default only on a GPU,
+# whose kernels are Triton's, and the vector width is inductor's own code.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
 
 # Session fixtures too costly to build once per worker: every test that uses one runs on the
 # worker that built it (and the SLURM tests keep one cluster, as in a serial run).
 SHARED = ("slurm", "spread_export")
 # Tests that run best one after the other on one worker: inductor pays its first compile's
-# one-time costs (the CPU's vector instructions probed into its cache folder, a precompiled
-# header in /tmp/torchinductor_$USER: about 30 s of CPU) once when the two do not run at once.
+# one-time costs (a precompiled header in /tmp/torchinductor_$USER: about 30 s of CPU) once
+# when the two do not run at once.
 TOGETHER = {"inductor": ("tests/core/nnet/test_compiled.py::test_compiling_the_tiny_step",
                          "tests/commands/test_benchmark.py::test_compile_gives_eager_detections")}
 
