@@ -9,6 +9,7 @@ training process (and in each of its ranks). The ring is numpy arrays over share
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import queue
 import signal
@@ -49,7 +50,7 @@ class _PathRecorder:
 def build_batches(make_db: Callable[[], Any], sample: Callable, seed: int, share: Deal,
                   data_aug: bool, stream: str, worker: int, workers: int, start: int,
                   ring: SharedArrays, slots: list[int], out_queue: mp.Queue,
-                  free_queue: mp.Queue, stop: Any, trainer: tuple[int, str]) -> None:
+                  free_queue: mp.Queue, stop: ctypes.c_bool, trainer: tuple[int, str]) -> None:
     """Build the batches n >= start with n % workers == worker, in order, until told to stop
     (`stop.value`, a flag in shared memory) or until the trainer process `trainer` (see
     `process_identity`) is gone."""
