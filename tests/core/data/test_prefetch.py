@@ -273,8 +273,8 @@ TRAINER_ENDS = {
     "waiting": "time.sleep(600)\n",
     "closing": (
         "def die_holding_a_lock(frame, event, arg):\n"
-        "    if event == 'c_return' and type(getattr(arg, '__self__', None)).__name__ == \\\n"
-        "            'SemLock' and arg.__name__ in ('acquire', '__enter__'):\n"
+        "    taken = event == 'c_return' and arg.__name__ in ('acquire', '__enter__')\n"
+        "    if taken and type(getattr(arg, '__self__', None)).__name__ == 'SemLock':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
         "sys.setprofile(die_holding_a_lock)\n"
         "data.close()\n"
@@ -290,9 +290,6 @@ def test_the_workers_exit_soon_after_their_trainer_dies(end):
     must watch the trainer itself, and nothing it waits on may be a lock the trainer held when
     it died (an Event's did: its workers, their fork server and the launcher's resource tracker
     then lived for good)."""
-    import subprocess
-    import sys
-
     from _train_helpers import REPO, alive, children
 
     script = (
