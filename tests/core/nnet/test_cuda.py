@@ -159,7 +159,7 @@ def test_cuda_matches_cpu_in_fp32(tmp_path, db):
     batch = batch_of(db, 2, data_aug=False)
     torch.manual_seed(0)
     cpu = NetworkFactory(tiny_config(tmp_path), db, device="cpu")
-    gpu = cuda_factory(tmp_path, db)
+    gpu = cuda_factory(tmp_path, db, amp="fp32")  # "auto" is bf16 on a GPU that has it
     cpu.eval_mode(), gpu.eval_mode()
     torch.backends.cudnn.allow_tf32 = False  # restored by restore_global_settings
     torch.backends.cuda.matmul.allow_tf32 = False
