@@ -41,6 +41,12 @@ if WORKERS > 1:
 # path, its graph and its numbers against eager's; compiling is on by default only on a GPU,
 # whose kernels are Triton's, and the vector width is inductor's own code.
 os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
+# On a CPU-only torch, also compile each graph as one C++ module (its kernels and a C++ wrapper)
+# at -O0: the training step's 60 kernels were 60 compiles and links of 0.7 s each, and the pair
+# took 106 CPU-s so, 61 this way. Both are inductor's own modes; a CUDA build keeps its defaults.
+if torch.version.cuda is None:
+    os.environ.setdefault("TORCHINDUCTOR_CPP_WRAPPER", "1")
+    os.environ.setdefault("TORCHINDUCTOR_DEBUG_COMPILE", "1")
 
 # Session fixtures too costly to build once per worker: every test that uses one runs on the
 # worker that built it (and the SLURM tests keep one cluster, as in a serial run).
