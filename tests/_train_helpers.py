@@ -162,16 +162,9 @@ def alive(pids: set[int]) -> set[int]:
 
 def of_the_run(pids: set[int]) -> set[int]:
     """`pids` less multiprocessing's own helpers (a fork server, the resource tracker), which
-    live as long as the process that started them. A process forked from a fork server (a
-    rank of a CPU launch, a prefetch worker) shows its server's command line, but is one of
-    the run: a server is the one whose parent's command line differs."""
-    return {pid for pid in pids if not is_helper(pid)}
-
-
-def is_helper(pid: int) -> bool:
-    line = cmdline(pid)
-    return "resource_tracker" in line or ("forkserver" in line and
-                                          line != cmdline(parent(pid)))
+    live as long as the process that started them."""
+    return {pid for pid in pids
+            if not any(kind in cmdline(pid) for kind in ("forkserver", "resource_tracker"))}
 
 
 def cmdline(pid: int) -> str:

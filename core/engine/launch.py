@@ -6,11 +6,9 @@
 `run_rank` is one process: it joins the process group, watches its peers, trains and turns a
 failure into one report (`core.engine.exits`).
 
-`spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` new
-processes (spawned, or on a CPU forked from a fork server of the launch's own:
-`_rank_context`). `say(text)` is how a rank reports its failure: the text comes here instead
-of being printed, so that exactly one report is shown, the cause's, however many ranks fail
-after it.
+`spawn(target, procs, args)` runs `target(local_rank, procs, args, say)` in `procs` spawned
+processes. `say(text)` is how a rank reports its failure: the text comes here instead of being
+printed, so that exactly one report is shown, the cause's, however many ranks fail after it.
 
 - When a process fails (a non-zero exit other than a requested stop, or death by a signal),
   every other process is killed at once and the cause is printed: its first line names the rank
@@ -31,7 +29,6 @@ import dataclasses
 import functools
 import multiprocessing as mp
 import multiprocessing.connection
-import multiprocessing.forkserver
 import os
 import signal
 import sys
@@ -71,83 +68,25 @@ def _entry(target: Callable[..., int], local_rank: int, procs: int, args: Any,
     sys.exit(status)
 
 
-def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0,
-          gpus: bool = False) -> int:
+def spawn(target: Callable[..., int], procs: int, args: Any, first_rank: int = 0) -> int:
     """Run `procs` processes of `target`; returns the exit status of the whole.
 
-    `first_rank` is the global rank of local process 0 (node rank * procs), for the messages;
-    `gpus`: whether the ranks train on GPUs (they are then always spawned).
+    `first_rank` is the global rank of local process 0 (node rank * procs), for the messages.
     """
-    ctx, done = _rank_context(target, procs, gpus)
+    ctx = mp.get_context("spawn")
+    reports = ctx.SimpleQueue()
+    launcher = process_identity(os.getpid())
+    processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports, launcher,
+                                                  first_rank),
+                             name=f"rank-{rank}") for rank in range(procs)]
+    for proc in processes:
+        proc.start()
+    previous = _forward_signals(processes)
     try:
-        reports = ctx.SimpleQueue()
-        launcher = process_identity(os.getpid())
-        processes = [ctx.Process(target=_entry, args=(target, rank, procs, args, reports,
-                                                      launcher, first_rank),
-                                 name=f"rank-{rank}") for rank in range(procs)]
-        for proc in processes:
-            proc.start()
-        previous = _forward_signals(processes)
-        try:
-            return _supervise(processes, reports, first_rank)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        return _supervise(processes, reports, first_rank)
     finally:
-        done()
-
-
-# What every rank imports before it trains: torch (1.4 s of CPU) and torch._dynamo (1.3 s; an
-# optimizer's construction imports it), then the code of the target.
-RANK_PRELOAD = ("torch", "torch._dynamo")
-
-
-def _rank_context(target: Callable[..., int], procs: int,
-                  gpus: bool) -> tuple[mp.context.BaseContext, Callable[[], None]]:
-    """The context the ranks start from, and what to call once they have all ended.
-
-    The ranks of a CPU run of 2 or more processes fork from a fork server of this launch's own,
-    which imports `RANK_PRELOAD` and the target's modules once, where each spawned rank imported
-    them itself: a 2-iteration run took 8.3-10.2 CPU-s on 2 spawned ranks and 14.4-17.3 on 3,
-    5.5 and 5.8-6.4 so (docs/clusters.md).
-    The server is started here, with this process's environment, and stopped when the ranks
-    have ended, so a later run in this process (the API, a notebook) starts from its own.
-
-    Spawn otherwise:
-    - on GPUs: a process forked from one that touched CUDA (a preloaded module asking for the
-      device count would do) cannot use it, and a GPU run's minutes dwarf its start;
-    - with one process, which has nothing to share;
-    - where this process already runs a fork server (multiprocessing keeps one per process): an
-      in-process Prefetcher's, with its own modules, and not ours to stop;
-    - where this Python's multiprocessing has no fork server to stop, or ours cannot start
-      (its socket's folder is gone, say).
-    """
-    server = getattr(mp.forkserver, "_forkserver", None)
-    if (gpus or procs < 2 or "forkserver" not in mp.get_all_start_methods()
-            or not hasattr(server, "_stop") or getattr(server, "_forkserver_pid", 0) is not None):
-        return mp.get_context("spawn"), lambda: None
-    ctx = mp.get_context("forkserver")
-    previous = list(getattr(server, "_preload_modules", ["__main__"]))
-    ctx.set_forkserver_preload([*RANK_PRELOAD, *_modules_of(target)])
-
-    def done() -> None:
-        server._stop()
-        ctx.set_forkserver_preload(previous)
-
-    try:
-        server.ensure_running()
-    except OSError:
-        done()
-        return mp.get_context("spawn"), lambda: None
-    return ctx, done
-
-
-def _modules_of(target: Any) -> list[str]:
-    """The modules defining a function or a functools.partial's function and arguments."""
-    items = [target.func, *target.args] if isinstance(target, functools.partial) else [target]
-    names = [getattr(item, "__module__", None) for item in items]
-    return [name for name in dict.fromkeys(names)
-            if isinstance(name, str) and not name.startswith("__")]
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _forward_signals(processes: list) -> dict:
@@ -347,4 +286,4 @@ def launch(options: TrainOptions, train: Train, log: Callable[[str], None] = pri
             return 2  # every task finds the same mistake: task 0 says it
         return report(err)
     return spawn(functools.partial(run_rank, train), procs, options,
-                 first_rank=options.rank * procs, gpus=distributed_kind(options.device) == "cuda")
+                 first_rank=options.rank * procs)

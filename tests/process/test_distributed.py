@@ -198,13 +198,10 @@ def test_a_bad_key_with_two_processes_prints_one_line_and_starts_nothing(tmp_pat
 
 
 def _wait_for_ranks(run: Training, count: int, timeout: float = 60) -> list[int]:
-    """The training processes: children of train.py (spawned) or of its ranks' fork server
-    (a CPU launch's), not its helpers."""
+    """The training processes (children of train.py that are not its fork server)."""
     deadline = time.monotonic() + timeout
-    launcher = run.proc.pid
     while time.monotonic() < deadline:
-        ranks = [pid for pid in of_the_run(children(launcher))
-                 if launcher in (parent(pid), parent(parent(pid)))]
+        ranks = [pid for pid in of_the_run(children(run.proc.pid)) if parent(pid) == run.proc.pid]
         if len(ranks) >= count:
             return sorted(ranks)
         time.sleep(0.1)

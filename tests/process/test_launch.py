@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import multiprocessing.forkserver
-import multiprocessing.util
 import os
 import pickle
-import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -122,62 +118,3 @@ def test_the_launcher_sleeps_while_its_last_rank_finishes(monkeypatch):
     passes = [objects for objects in waits if len(objects) > 1]
     assert status == 0 and passes
     assert all(ended_r not in objects and last_r in objects for objects in passes)
-
-
-def _record_rank(local_rank: int, procs: int, folder: str, say) -> int:
-    """A rank that writes its parent's pid and whether torch was there before it ran."""
-    Path(folder, f"rank{local_rank}").write_text(f"{os.getppid()} {'torch' in sys.modules}")
-    return 0
-
-
-def _server():
-    return multiprocessing.forkserver._forkserver
-
-
-@pytest.fixture
-def no_fork_server():
-    """This process's fork server stopped before and after (a test's Prefetcher may run one),
-    and multiprocessing's temp folder there (an in-process run under another TMPDIR may have
-    made it in a test's folder that is gone since)."""
-    if _server()._forkserver_pid is not None:
-        _server()._stop()
-    if not Path(multiprocessing.util.get_temp_dir()).is_dir():
-        multiprocessing.process.current_process()._config.pop("tempdir", None)
-    preload = list(_server()._preload_modules)
-    yield
-    if _server()._forkserver_pid is not None:
-        _server()._stop()
-    multiprocessing.get_context("forkserver").set_forkserver_preload(preload)
-
-
-def test_a_cpu_launch_forks_its_ranks_from_a_server_of_its_own_and_stops_it(tmp_path,
-                                                                           no_fork_server):
-    preload = list(_server()._preload_modules)
-    assert launcher.spawn(_record_rank, 2, str(tmp_path)) == 0
-    parents = {(tmp_path / f"rank{rank}").read_text() for rank in (0, 1)}
-    assert len(parents) == 1  # both from one server, torch imported there before they ran
-    server, preloaded = parents.pop().split()
-    assert int(server) != os.getpid() and preloaded == "True"
-    assert not launcher.lifetime.is_alive((int(server), ""))  # stopped when the ranks ended
-    assert _server()._forkserver_pid is None and _server()._preload_modules == preload
-
-
-def test_ranks_are_spawned_on_gpus_alone_or_beside_this_processs_fork_server(no_fork_server):
-    for procs, gpus in ((2, True), (1, False)):
-        ctx, done = launcher._rank_context(_record_rank, procs, gpus)
-        assert ctx.get_start_method() == "spawn", (procs, gpus)
-        done()
-    ctx, done = launcher._rank_context(_record_rank, 2, False)
-    assert ctx.get_start_method() == "forkserver"
-    assert _server()._preload_modules[:2] == ["torch", "torch._dynamo"]
-    assert __name__ in _server()._preload_modules  # the target's module
-    done()
-    assert _server()._forkserver_pid is None
-    # A fork server of this process's own (a Prefetcher's): left as it is, the ranks spawned.
-    multiprocessing.get_context("forkserver").set_forkserver_preload(["os"])
-    multiprocessing.forkserver.ensure_running()
-    running = _server()._forkserver_pid
-    ctx, done = launcher._rank_context(_record_rank, 2, False)
-    assert ctx.get_start_method() == "spawn"
-    done()
-    assert _server()._forkserver_pid == running and _server()._preload_modules == ["os"]
