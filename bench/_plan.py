@@ -120,6 +120,8 @@ def cuda_tests(ctx: Context) -> None:
 COLD_COMPILE_S = 150
 TRAIN_S = {"CornerNet_Tiny": 27, "CornerNet_Squeeze": 111,
            "CornerNet_Saccade": 43 + COLD_COMPILE_S, "CornerNet": 57 + COLD_COMPILE_S}
+# The deterministic group's runs: the first pays its own cold compile, then a second and a resume.
+DETERMINISTIC_S = (23 + COLD_COMPILE_S, 23, 30)
 TEST_DEMO_S = {"CornerNet_Squeeze": (8, 6), "CornerNet_Saccade": (12, 6), "CornerNet": (12, 6)}
 BENCH_S = {"bench-squeeze": 67, "bench-squeeze-more": 37, "bench-cornernet": 76,
            "bench-tiny": 76, "bench-saccade": 76}  # the last two: not measured
@@ -230,12 +232,12 @@ def deterministic(ctx: Context) -> None:
                             display=1, val_iter=0)
     resume_at = 2 if ctx.tiny else 3
     runs = [ctx.steps.run(f"deterministic {name}, run {i}", ctx.train_cmd(name, det),
-                          timeout=360, need=ctx.t(23 + COLD_COMPILE_S * (i == 1), 25),
+                          timeout=360, need=ctx.t(DETERMINISTIC_S[i - 1], 25),
                           measure=training_figures)
             for i in (1, 2)]
     resumed = ctx.steps.run(f"deterministic {name}, --iter {resume_at}",
                             [*ctx.train_cmd(name, det), "--iter", resume_at], timeout=240,
-                            need=ctx.t(30, 25))
+                            need=ctx.t(DETERMINISTIC_S[2], 25))
     if all(runs) and resumed:
         first, second, third = losses(runs[0]), losses(runs[1]), losses(resumed)
         equal = first == second and bool(first)
@@ -366,7 +368,7 @@ def _groups() -> dict[str, Group]:
         groups[f"train-{SHORT[name]}"] = Group(f"train.py {name}, 20 iterations",
                                                TRAIN_S[name], 25, train(name))
     groups["deterministic"] = Group("system.deterministic: two runs and a resume, equal losses",
-                                    23 + COLD_COMPILE_S + 23 + 30, 75, deterministic)
+                                    sum(DETERMINISTIC_S), 75, deterministic)
     for name in ("CornerNet_Saccade", "CornerNet"):
         groups[f"test-{SHORT[name]}"] = Group("test.py and demo.py of its snapshot",
                                               sum(TEST_DEMO_S[name]), 35, test_and_demo(name),
@@ -382,6 +384,9 @@ def _groups() -> dict[str, Group]:
     groups["dry-run"] = Group("train.py CornerNet --dry-run 20", 12, 20, dry_run)
     groups["train-2gpu"] = Group("each config on 2 GPUs (only where there are 2)", 360, 120,
                                  two_gpus)
+    if set(groups) != set(ORDER):  # a group left out of ORDER would silently never run
+        raise RuntimeError(f"bench/_plan.py: ORDER and the groups differ: "
+                           f"{sorted(set(groups) ^ set(ORDER))}")
     return {key: groups[key] for key in ORDER}
 
 
