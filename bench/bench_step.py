@@ -158,8 +158,7 @@ def breakdown(step: TrainStep, batch: dict, reps: int = 3) -> str:
             sum(loss for loss, _ in losses).backward()
         with timed("optimizer"):
             nnet._clip_gradients()
-            finite = torch.zeros((), dtype=torch.bool, device=nnet.device)
-            nnet._optimizer_step(finite, None if nnet.path.fused else False)
+            nnet._optimizer_step(torch.zeros((), dtype=torch.bool, device=nnet.device))
     total = sum(parts.values())
     return ", ".join(f"{key} {ms:.1f} ms ({100 * ms / total:.0f}%)" for key, ms in parts.items())
 

@@ -227,10 +227,7 @@ class NetworkFactory:
                 for now, before in zip(self.model.buffers(), buffers):
                     now.copy_(torch.where(bad, before, now))
         self.grad_norm = self._clip_gradients()
-        # The CPU's optimizer skips by reading `bad` once (nothing is queued to wait for); a
-        # fused one skips on the device.
-        host_bad = None if self.path.fused else bool(bad)
-        self._optimizer_step(bad, host_bad)
+        host_bad = self._optimizer_step(bad)
         if self.ema is not None:
             # A skipped step leaves the average as it was; on the device its weight is zeroed
             # there (the warm-up count still advances).
@@ -240,26 +237,29 @@ class NetworkFactory:
                 self.ema.update(self.model)
         return loss, terms
 
-    def _optimizer_step(self, bad: torch.Tensor, host_bad: bool | None) -> None:
-        """The optimizer's step unless `bad` (a bool on the device), and the scaler's update.
+    def _optimizer_step(self, bad: torch.Tensor) -> bool | None:
+        """The optimizer's step unless `bad` (a bool on the device), and the scaler's update;
+        returns `bad` as read on the host, or None where it was not read.
 
         A fused optimizer takes `found_inf` and skips on the device; with fp16 the scaler
         hands it its own (a non-finite loss has non-finite gradients), and `scaler_skipped`
         says whether the scaler lowered its scale for another reason. Elsewhere (the CPU's
-        optimizer) the step is skipped where `host_bad`, `bad` as read on the host.
+        optimizer) the step is skipped by reading `bad` once: nothing is queued to wait for.
         """
+        host_bad = None if self.path.fused else bool(bad)
         if self.scaler.is_enabled():
             before = self.scaler._scale.clone() if self.scaler._scale is not None else None
             self.scaler.step(self.optimizer)
             self.scaler.update()
             if before is not None:
                 self.scaler_skipped = (self.scaler._scale < before) & ~bad
-            return
+            return host_bad
         if host_bad is None:
             self.optimizer.found_inf = bad.float()
             self.optimizer.step()
         elif not host_bad:
             self.optimizer.step()
+        return host_bad
 
     def _clip_gradients(self) -> torch.Tensor:
         """The total 2-norm of the (unscaled) gradients, before clipping; with
